@@ -1,0 +1,1 @@
+"""The store: SQLAlchemy models, engine and session factory, query functions."""

@@ -1,0 +1,109 @@
+"""Opening the store: an SQLAlchemy engine on any URL, SQLite (WAL) by default,
+brought to the latest schema with Alembic."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+DB_ENV = "EVALSVC_DB"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class StoreError(Exception):
+    """The store cannot be opened or migrated."""
+
+
+def default_db_url() -> str:
+    """$EVALSVC_DB, else an SQLite file in the user's data folder."""
+    if os.environ.get(DB_ENV):
+        return os.environ[DB_ENV]
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "evalsvc"
+    return f"sqlite:///{base / 'evalsvc.db'}"
+
+
+def to_url(db: str | None) -> str:
+    """Accept a SQLAlchemy URL or a plain file path (taken as SQLite)."""
+    if not db:
+        return default_db_url()
+    return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
+@dataclass(frozen=True)
+class Store:
+    url: str
+    engine: Engine
+    sessions: sessionmaker[Session]
+
+    def session(self) -> Session:
+        return self.sessions()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def open_store(db: str | None = None, migrate: bool = True) -> Store:
+    """Open (and create or upgrade) the store at `db`; raises StoreError with the URL on failure."""
+    url = to_url(db)
+    try:
+        engine = _make_engine(url)
+        if migrate:
+            upgrade_schema(engine)
+        else:
+            inspect(engine).get_table_names()
+    except (SQLAlchemyError, OSError) as exc:
+        raise StoreError(f"cannot open database {_redact(url)}: {exc.__class__.__name__}: {_first_line(exc)}") from exc
+    return Store(url=url, engine=engine, sessions=sessionmaker(engine, expire_on_commit=False))
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 60})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    # WAL lets the dashboard read while runs write; busy_timeout makes concurrent
+    # writers wait for each other instead of failing with "database is locked".
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def upgrade_schema(engine: Engine) -> None:
+    """Apply every Alembic migration not yet applied."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else ""

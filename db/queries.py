@@ -1,0 +1,277 @@
+"""Query functions: everything that reads or writes the store goes through here.
+
+They return ORM rows for the runner and plain records or DataFrames for the
+statistics and the dashboard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Integer, delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from db.models import Endpoint, Item, Run, utcnow
+from harness.types import Completion, ItemResult, Request, Sample
+
+ITEM_COLUMNS = [
+    "run_id", "endpoint", "task", "item_id", "item_hash", "status", "correct", "extracted", "reference",
+    "completion_tokens", "reasoning_tokens", "prompt_tokens", "finish_reason", "truncated", "latency_s",
+]
+
+
+class NotFound(LookupError):
+    """A run or endpoint named on the command line does not exist."""
+
+
+class EndpointConflict(Exception):
+    """An endpoint name is already bound to a different model."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: int
+    endpoint: str
+    task: str
+    template: str
+    status: str
+    n_items: int
+    n: int
+    correct: int
+    errors: int
+    truncated: int
+    accuracy: float | None
+    mean_completion_tokens: float | None
+    repeat: int
+    started_at: datetime
+    finished_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["started_at"] = self.started_at.isoformat() if self.started_at else None
+        d["finished_at"] = self.finished_at.isoformat() if self.finished_at else None
+        return d
+
+
+# -- endpoints ----------------------------------------------------------------
+
+
+def upsert_endpoint(
+    session: Session, name: str, base_url: str, model: str, fingerprint: dict[str, Any], metadata: dict[str, Any]
+) -> Endpoint:
+    """The endpoint called `name`, created or refreshed. A name stays bound to one model."""
+    endpoint = session.scalar(select(Endpoint).where(Endpoint.name == name))
+    if endpoint is None:
+        endpoint = Endpoint(name=name, base_url=base_url, model=model, fingerprint=fingerprint, metadata_=metadata)
+        session.add(endpoint)
+    elif endpoint.model != model:
+        raise EndpointConflict(
+            f"endpoint {name!r} was stored with model {endpoint.model!r}, not {model!r}; "
+            "use a new --endpoint name for a different model"
+        )
+    else:
+        endpoint.base_url = base_url
+        endpoint.fingerprint = fingerprint
+        endpoint.metadata_ = {**endpoint.metadata_, **metadata}
+    session.flush()
+    return endpoint
+
+
+def get_endpoint(session: Session, name: str) -> Endpoint:
+    endpoint = session.scalar(select(Endpoint).where(Endpoint.name == name))
+    if endpoint is None:
+        known = session.scalars(select(Endpoint.name).order_by(Endpoint.name)).all()
+        raise NotFound(f"no endpoint named {name!r}; known endpoints: {', '.join(known) or '(none yet)'}")
+    return endpoint
+
+
+# -- runs -------------------------------------------------------------------------
+
+
+def open_run(session: Session, endpoint: Endpoint, fields: dict[str, Any], new_repeat: bool) -> tuple[Run, bool]:
+    """The run to continue for this endpoint + task + config + items, or a new one.
+
+    Returns (run, resumed). With `new_repeat`, a fresh repeat run is always
+    started (for measuring run-to-run noise).
+    """
+    identity = (
+        (Run.endpoint_id == endpoint.id)
+        & (Run.task == fields["task"])
+        & (Run.config_hash == fields["config_hash"])
+        & (Run.dataset_hash == fields["dataset_hash"])
+    )
+    existing = session.scalars(select(Run).where(identity).order_by(Run.repeat.desc())).first()
+    if existing is not None and not new_repeat:
+        existing.status = "running"
+        existing.finished_at = None
+        session.flush()
+        return existing, True
+    repeat = 0 if existing is None else existing.repeat + 1
+    run = Run(endpoint_id=endpoint.id, repeat=repeat, status="running", **fields)
+    session.add(run)
+    session.flush()
+    return run, False
+
+
+def finish_run(session: Session, run_id: int, status: str, error: str | None = None) -> None:
+    run = session.get(Run, run_id)
+    assert run is not None
+    run.status = status
+    run.error = error
+    run.finished_at = utcnow()
+    session.commit()
+
+
+def done_item_ids(session: Session, run_id: int) -> set[str]:
+    """Items of the run already answered without error (a resume skips them)."""
+    rows = session.scalars(select(Item.item_id).where(Item.run_id == run_id, Item.status == "ok"))
+    return set(rows)
+
+
+def save_item(
+    session: Session,
+    run_id: int,
+    sample: Sample,
+    request: Request,
+    completion: Completion,
+    result: ItemResult | None,
+) -> None:
+    """Write one item in its own transaction, replacing an earlier error row for it."""
+    session.execute(delete(Item).where(Item.run_id == run_id, Item.item_id == sample.item_id, Item.status != "ok"))
+    session.add(item_row(run_id, sample, request, completion, result))
+    try:
+        session.commit()
+    except IntegrityError:
+        # Another writer (a resumed copy of this run) stored the item first: keep theirs.
+        session.rollback()
+
+
+def item_row(
+    run_id: int, sample: Sample, request: Request, completion: Completion, result: ItemResult | None
+) -> Item:
+    ok = completion.error is None and result is not None
+    return Item(
+        run_id=run_id,
+        item_id=sample.item_id,
+        item_hash=sample.item_hash,
+        status="ok" if ok else "error",
+        correct=result.passed if ok and result else None,
+        reference=sample.reference,
+        extracted=result.extracted if result else None,
+        extracted_strict=result.extracted_strict if result else None,
+        extracted_flexible=result.extracted_flexible if result else None,
+        request=request.as_json(),
+        completion=_clean_text(completion.text),
+        reasoning=_clean_text(completion.reasoning_text) if completion.reasoning_text else None,
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        reasoning_tokens=completion.reasoning_tokens,
+        finish_reason=completion.finish_reason,
+        truncated=completion.truncated,
+        latency_s=completion.latency_s,
+        attempts=completion.attempts,
+        error=completion.error,
+        detail=result.detail if result else {},
+    )
+
+
+def _clean_text(text: str) -> str:
+    # Lone surrogates from a broken server cannot be encoded by any driver.
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+# -- reading ----------------------------------------------------------------------
+
+
+def resolve_run(session: Session, ref: str, task: str | None = None) -> Run:
+    """A run by id, or the latest complete run of the endpoint called `ref` on `task`."""
+    if ref.isdigit():
+        run = session.get(Run, int(ref))
+        if run is None:
+            raise NotFound(f"no run with id {ref}; `evalsvc runs` lists them")
+        return run
+    endpoint = get_endpoint(session, ref)
+    query = select(Run).where(Run.endpoint_id == endpoint.id, Run.status == "complete")
+    if task:
+        query = query.where(Run.task == task)
+    run = session.scalars(query.order_by(Run.finished_at.desc(), Run.id.desc())).first()
+    if run is None:
+        raise NotFound(f"endpoint {ref!r} has no complete {task or ''} run yet; run `evalsvc run` first")
+    return run
+
+
+def summarize_runs(session: Session, run_ids: list[int] | None = None) -> list[RunSummary]:
+    """Counts per run, computed in SQL so a store of many runs stays fast."""
+    stats = (
+        select(
+            Item.run_id,
+            func.count(Item.id).label("n"),
+            func.sum(func.coalesce(Item.correct, False).cast(Integer)).label("correct"),
+            func.sum((Item.status == "error").cast(Integer)).label("errors"),
+            func.sum(Item.truncated.cast(Integer)).label("truncated"),
+            func.avg(Item.completion_tokens).filter(Item.status == "ok").label("mean_tokens"),
+        )
+        .group_by(Item.run_id)
+        .subquery()
+    )
+    query = (
+        select(Run, Endpoint.name, stats)
+        .join(Endpoint, Run.endpoint_id == Endpoint.id)
+        .outerjoin(stats, stats.c.run_id == Run.id)
+        .order_by(Run.id)
+    )
+    if run_ids is not None:
+        query = query.where(Run.id.in_(run_ids))
+    return [_summary(row) for row in session.execute(query)]
+
+
+def _summary(row: Any) -> RunSummary:
+    run: Run = row[0]
+    n, correct, errors = int(row.n or 0), int(row.correct or 0), int(row.errors or 0)
+    scored = n - errors
+    return RunSummary(
+        run_id=run.id,
+        endpoint=row.name,
+        task=run.task,
+        template=run.template,
+        status=run.status,
+        n_items=run.n_items,
+        n=n,
+        correct=correct,
+        errors=errors,
+        truncated=int(row.truncated or 0),
+        accuracy=(correct / scored) if scored else None,
+        mean_completion_tokens=float(row.mean_tokens) if row.mean_tokens is not None else None,
+        repeat=run.repeat,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    )
+
+
+def items_frame(session: Session, run_id: int) -> pd.DataFrame:
+    """One row per item of the run, in the columns the statistics expect."""
+    query = (
+        select(
+            Item.run_id, Endpoint.name.label("endpoint"), Run.task, Item.item_id, Item.item_hash, Item.status,
+            Item.correct, Item.extracted, Item.reference, Item.completion_tokens, Item.reasoning_tokens,
+            Item.prompt_tokens, Item.finish_reason, Item.truncated, Item.latency_s,
+        )
+        .join(Run, Item.run_id == Run.id)
+        .join(Endpoint, Run.endpoint_id == Endpoint.id)
+        .where(Item.run_id == run_id)
+        .order_by(Item.item_id)
+    )
+    frame = pd.DataFrame(session.execute(query).all(), columns=ITEM_COLUMNS)
+    frame["correct"] = frame["correct"].fillna(False).astype(bool)
+    return frame
+
+
+def get_items(session: Session, run_id: int, item_ids: list[str] | None = None) -> list[Item]:
+    query = select(Item).where(Item.run_id == run_id).order_by(Item.item_id)
+    if item_ids is not None:
+        query = query.where(Item.item_id.in_(item_ids))
+    return list(session.scalars(query))

@@ -1,0 +1,1 @@
+"""evalsvc: runner, statistics, task-time model, decision report and CLI."""

@@ -1,0 +1,68 @@
+"""The `evalsvc` command line: a thin layer over the runner, store and reports.
+
+Only here are domain exceptions turned into a one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+# Modules holding domain exceptions that mean "the user must change something".
+_ERROR_SOURCES = {
+    "harness.client": ("EndpointError",),
+    "harness.tasks.base": ("TaskError",),
+    "db.engine": ("StoreError",),
+    "db.queries": ("NotFound", "EndpointConflict"),
+}
+# Command modules: each defines click commands registered on the group below.
+_COMMAND_MODULES = ("evalsvc.cli.runs",)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = []
+    for module, names in _ERROR_SOURCES.items():
+        mod = importlib.import_module(module)
+        found.extend(getattr(mod, name) for name in names)
+    return tuple(found)
+
+
+def register_errors(module: str, *names: str) -> None:
+    """Let a command module add its own user-facing exception types."""
+    _ERROR_SOURCES.setdefault(module, ())
+    _ERROR_SOURCES[module] = tuple(dict.fromkeys(_ERROR_SOURCES[module] + names))
+
+
+class EvalsvcGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        from evalsvc.runner import RunInterrupted
+
+        try:
+            return super().invoke(ctx)
+        except RunInterrupted as exc:
+            click.echo(f"interrupted: {exc}", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except user_errors() as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_USER_ERROR)
+
+
+@click.group(cls=EvalsvcGroup)
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+def main(verbose: int) -> None:
+    """Accuracy and output-length evaluation for LLM inference optimization ladders."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+for _module in _COMMAND_MODULES:
+    _mod = importlib.import_module(_module)
+    for _command in getattr(_mod, "COMMANDS"):
+        main.add_command(_command)

@@ -1,0 +1,155 @@
+"""`evalsvc run`, `evalsvc runs`, `evalsvc show`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from db import queries
+from db.engine import open_store
+from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
+from harness.tasks import TASK_NAMES
+from harness.types import DecodingSettings
+
+DB_OPTION = click.option("--db", envvar="EVALSVC_DB", help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db).")
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def task_list(task: str) -> list[str]:
+    return list(TASK_NAMES) if task == "all" else [task]
+
+
+@click.command("run")
+@click.option("--endpoint", required=True, help="Name for this endpoint (a ladder step), e.g. step3.")
+@click.option("--url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1.")
+@click.option("--model", required=True, help="Model id as /v1/models lists it.")
+@click.option("--task", default="gsm8k", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
+@click.option("--limit", type=click.IntRange(min=1), help="First N items (default: 400 GSM8K, 164 HumanEval).")
+@click.option("--data", type=click.Path(), help="Local dataset file or folder (GSM8K test.jsonl or parquet).")
+@click.option("--template", help="Prompt template name (default: the task's chat template).")
+@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=DecodingSettings().seed, show_default=True, type=int)
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float, help="Seconds per request.")
+@click.option("--api-key", envvar="EVALSVC_API_KEY", help="Bearer token, if the endpoint needs one.")
+@click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")
+@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue a stored run with the same identity.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@DB_OPTION
+@JSON_OPTION
+def run_command(**opts: Any) -> None:
+    """Evaluate one endpoint and store every item."""
+    store = open_store(opts["db"])
+    settings = DecodingSettings(max_tokens=opts["max_tokens"], seed=opts["seed"])
+    outcomes = []
+    for task in task_list(opts["task"]):
+        spec = RunSpec(
+            endpoint=opts["endpoint"], base_url=opts["url"], model=opts["model"], task=task,
+            template=opts["template"] if opts["task"] != "all" else None, data=opts["data"] if task == "gsm8k" else None,
+            limit=opts["limit"], settings=settings, concurrency=opts["concurrency"], api_key=opts["api_key"],
+            new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"],
+        )
+        outcomes.append(run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])))
+    if opts["as_json"]:
+        click.echo(json.dumps({"db": store.url, "runs": [outcome_dict(o) for o in outcomes]}, indent=2))
+    else:
+        for outcome in outcomes:
+            click.echo(describe_outcome(outcome))
+        click.echo(f"stored in {store.url}")
+    if any(o.summary.status == "failed" for o in outcomes):
+        raise SystemExit(1)
+
+
+def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
+    return {**outcome.summary.as_dict(), "resumed": outcome.resumed, "skipped": outcome.skipped}
+
+
+def describe_outcome(outcome: RunOutcome) -> str:
+    s = outcome.summary
+    how = f" (resumed, {outcome.skipped} items already done)" if outcome.resumed else ""
+    return f"run {s.run_id} {s.endpoint} {s.task}: {s.status}{how}; " + summary_line(s)
+
+
+def summary_line(s: queries.RunSummary) -> str:
+    acc = f"{s.accuracy:.1%}" if s.accuracy is not None else "n/a"
+    tokens = f"{s.mean_completion_tokens:.1f}" if s.mean_completion_tokens is not None else "n/a"
+    return (
+        f"{s.correct}/{s.n - s.errors} correct ({acc}), {s.errors} errors, "
+        f"{s.truncated} truncated, mean completion tokens {tokens}"
+    )
+
+
+@click.command("runs")
+@DB_OPTION
+@JSON_OPTION
+def runs_command(db: str | None, as_json: bool) -> None:
+    """List stored runs."""
+    store = open_store(db)
+    with store.session() as session:
+        summaries = queries.summarize_runs(session)
+    if as_json:
+        click.echo(json.dumps({"runs": [s.as_dict() for s in summaries]}, indent=2))
+        return
+    if not summaries:
+        click.echo("no runs yet; start one with `evalsvc run --endpoint NAME --url URL --model MODEL`")
+        return
+    click.echo(format_runs_table(summaries))
+
+
+def format_runs_table(summaries: list[queries.RunSummary]) -> str:
+    header = ("run", "endpoint", "task", "status", "items", "correct", "errors", "accuracy", "mean tok")
+    rows = [
+        (
+            str(s.run_id), s.endpoint, s.task, s.status, f"{s.n}/{s.n_items}", str(s.correct), str(s.errors),
+            f"{s.accuracy:.1%}" if s.accuracy is not None else "-",
+            f"{s.mean_completion_tokens:.1f}" if s.mean_completion_tokens is not None else "-",
+        )
+        for s in summaries
+    ]
+    return render_table(header, rows)
+
+
+def render_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Plain aligned columns: first column left, the rest left unless numeric-looking."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+@click.command("show")
+@click.argument("run_ref")
+@click.option("--task", type=click.Choice(list(TASK_NAMES)), help="With an endpoint name: which task's latest run.")
+@DB_OPTION
+@JSON_OPTION
+def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) -> None:
+    """Summarise one run (by id, or an endpoint's latest complete run)."""
+    store = open_store(db)
+    with store.session() as session:
+        run = queries.resolve_run(session, run_ref, task)
+        summary = queries.summarize_runs(session, [run.id])[0]
+        endpoint = run.endpoint
+        info = {
+            **summary.as_dict(),
+            "base_url": endpoint.base_url,
+            "model": endpoint.model,
+            "mode": run.mode,
+            "decoding": run.decoding,
+            "config_hash": run.config_hash,
+            "dataset_hash": run.dataset_hash,
+            "error": run.error,
+        }
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"run {summary.run_id}: {summary.endpoint} ({info['model']} at {info['base_url']})")
+    click.echo(f"task {summary.task}, template {summary.template}, mode {info['mode']}, status {summary.status}")
+    click.echo(f"decoding {json.dumps(info['decoding'], sort_keys=True)}")
+    click.echo(f"items {summary.n}/{summary.n_items}: " + summary_line(summary))
+    if info["error"]:
+        click.echo(f"error: {info['error']}")
+
+
+COMMANDS = [run_command, runs_command, show_command]

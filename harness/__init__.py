@@ -1,0 +1,4 @@
+"""Endpoint client, benchmark tasks, scoring and the code sandbox.
+
+Knows nothing of SQL, the CLI or the dashboard.
+"""

@@ -1,0 +1,252 @@
+"""Async client for OpenAI-compatible endpoints (SGLang, vLLM, llama.cpp server).
+
+Speaks `/v1/chat/completions` and `/v1/completions`, greedy by default, and
+understands SGLang's extra fields (`reasoning_content`, `meta_info`,
+`/get_model_info`, `/get_server_info`). Retries are classified: connection
+errors, timeouts, 429 and 5xx are retried with capped exponential backoff
+(honouring Retry-After); any other 4xx fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from harness.types import Completion, DecodingSettings, Request
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class EndpointError(Exception):
+    """The endpoint cannot be used at all (unreachable, not OpenAI-compatible, unknown model)."""
+
+
+class RequestFailed(Exception):
+    """One request failed; `retryable` says whether trying again may help."""
+
+    def __init__(self, message: str, retryable: bool, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay_s)
+        backoff = self.base_delay_s * (2 ** (attempt - 1))
+        return min(backoff, self.max_delay_s) * (0.5 + random.random() / 2)
+
+
+def normalize_base_url(url: str) -> str:
+    """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean `http://h:p/v1`."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def _server_root(base_url: str) -> str:
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+class EndpointClient:
+    """One OpenAI-compatible endpoint and model."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        retry: RetryPolicy = RetryPolicy(),
+        max_connections: int = 64,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.model = model
+        self.retry = retry
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits, trust_env=False
+        )
+
+    async def __aenter__(self) -> "EndpointClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- endpoint discovery -------------------------------------------------
+
+    async def list_models(self) -> list[str]:
+        """Model ids from `/v1/models`; raises EndpointError when that is not an OpenAI-style list."""
+        url = f"{self.base_url}/models"
+        try:
+            resp = await self._http.get(url, timeout=15.0)
+        except httpx.HTTPError as exc:
+            raise EndpointError(f"endpoint {self.base_url} is unreachable: {_describe(exc)}") from exc
+        if resp.status_code != 200:
+            raise EndpointError(
+                f"endpoint {self.base_url} is not OpenAI-compatible: GET {url} returned HTTP {resp.status_code}"
+            )
+        try:
+            data = resp.json()["data"]
+            return [str(m["id"]) for m in data]
+        except (ValueError, KeyError, TypeError):
+            raise EndpointError(
+                f"endpoint {self.base_url} is not OpenAI-compatible: GET {url} did not return a model list"
+            ) from None
+
+    async def check_model(self) -> list[str]:
+        """Fail clearly when the model is not served; returns the served model ids."""
+        models = await self.list_models()
+        if self.model not in models:
+            raise EndpointError(
+                f"endpoint {self.base_url} does not serve model {self.model!r}; "
+                f"/v1/models lists: {', '.join(models) or '(nothing)'}"
+            )
+        return models
+
+    async def fingerprint(self) -> dict[str, Any]:
+        """What identifies the server: its model list and, on SGLang, model and server info."""
+        result: dict[str, Any] = {"models": await self.check_model()}
+        root = _server_root(self.base_url)
+        for path in ("get_model_info", "get_server_info"):
+            try:
+                resp = await self._http.get(f"{root}/{path}", timeout=10.0)
+            except httpx.HTTPError:
+                continue
+            if resp.status_code == 200:
+                try:
+                    result[path] = resp.json()
+                except ValueError:
+                    pass
+        result["engine"] = "sglang" if "get_server_info" in result else "openai-compatible"
+        return result
+
+    # -- generation ---------------------------------------------------------
+
+    def build_body(self, request: Request, settings: DecodingSettings) -> dict[str, Any]:
+        """The JSON body sent for `request`: greedy, seeded, with a generous token cap."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "seed": settings.seed,
+            "max_tokens": settings.max_tokens,
+        }
+        if request.mode == "chat":
+            body["messages"] = list(request.messages)
+        else:
+            body["prompt"] = request.prompt
+        if request.stop:
+            body["stop"] = list(request.stop)
+        return body
+
+    async def complete(self, request: Request, settings: DecodingSettings) -> Completion:
+        """Send `request`, retrying what is retryable; never raises for a per-request failure."""
+        body = self.build_body(request, settings)
+        path = "chat/completions" if request.mode == "chat" else "completions"
+        start = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                payload = await self._post(path, body)
+                return parse_completion(payload, request.mode, time.perf_counter() - start, attempt)
+            except RequestFailed as exc:
+                if not exc.retryable or attempt >= self.retry.max_attempts:
+                    return Completion(latency_s=time.perf_counter() - start, attempts=attempt, error=str(exc))
+                delay = self.retry.delay(attempt, exc.retry_after)
+                log.debug("attempt %d failed (%s); retrying in %.2fs", attempt, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}/{path}"
+        try:
+            resp = await self._http.post(url, json=body)
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise RequestFailed(f"POST {url}: {_describe(exc)}", retryable=True) from exc
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise RequestFailed(
+                f"POST {url}: HTTP {resp.status_code} {_snippet(resp)}",
+                retryable=True,
+                retry_after=_retry_after(resp),
+            )
+        if resp.status_code != 200:
+            raise RequestFailed(f"POST {url}: HTTP {resp.status_code} {_snippet(resp)}", retryable=False)
+        if len(resp.content) > MAX_BODY_BYTES:
+            raise RequestFailed(f"POST {url}: response body of {len(resp.content)} bytes is too large", False)
+        try:
+            payload = json.loads(resp.content.decode("utf-8", errors="replace"))
+        except ValueError:
+            raise RequestFailed(f"POST {url}: response is not JSON: {_snippet(resp)}", retryable=True) from None
+        if not isinstance(payload, dict):
+            raise RequestFailed(f"POST {url}: response JSON is not an object", retryable=True)
+        return payload
+
+
+def parse_completion(payload: dict[str, Any], mode: str, latency_s: float, attempts: int) -> Completion:
+    """Turn a chat or completions response into a Completion; malformed bodies raise RequestFailed."""
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise RequestFailed("response has no choices", retryable=True)
+    choice = choices[0]
+    if mode == "chat":
+        message = choice.get("message") or {}
+        text = message.get("content")
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+    else:
+        text, reasoning = choice.get("text"), None
+    if text is None and not reasoning:
+        raise RequestFailed("response choice carries no text", retryable=True)
+    usage = payload.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    extra = {k: payload[k] for k in ("meta_info", "system_fingerprint") if k in payload}
+    return Completion(
+        text=str(text or ""),
+        reasoning_text=str(reasoning) if reasoning else None,
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+        completion_tokens=_int_or_none(usage.get("completion_tokens")),
+        reasoning_tokens=_int_or_none(details.get("reasoning_tokens") or usage.get("reasoning_tokens")),
+        finish_reason=choice.get("finish_reason"),
+        latency_s=latency_s,
+        attempts=attempts,
+        extra=extra,
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _snippet(resp: httpx.Response, limit: int = 200) -> str:
+    return resp.content[:limit].decode("utf-8", errors="replace").replace("\n", " ")
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,52 @@
+"""What every benchmark task provides to the runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from harness.types import Completion, ItemResult, Mode, Request, Sample
+
+
+class TaskError(Exception):
+    """A task cannot be set up (missing data file, unknown template)."""
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A named, versioned way to turn a sample into a request.
+
+    The version is part of the run's config hash: changing a template's text
+    means bumping its version, so old and new runs are never paired silently.
+    """
+
+    name: str
+    version: int
+    mode: Mode
+    build: Callable[[Sample], Request]
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@v{self.version}"
+
+
+class Task(Protocol):
+    name: str
+    workload: str  # math, code or chat: which speed profile applies
+    templates: dict[str, PromptTemplate]
+    default_template: str
+
+    def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]: ...
+
+    def score(self, sample: Sample, completion: Completion) -> ItemResult: ...
+
+
+def pick_template(task: Task, name: str | None) -> PromptTemplate:
+    """The template called `name`, or the task's default."""
+    key = name or task.default_template
+    try:
+        return task.templates[key]
+    except KeyError:
+        raise TaskError(
+            f"task {task.name!r} has no prompt template {key!r}; choose one of: {', '.join(sorted(task.templates))}"
+        ) from None

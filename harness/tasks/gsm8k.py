@@ -1,0 +1,220 @@
+"""GSM8K: grade-school math word problems (Cobbe et al., 2021, "Training
+Verifiers to Solve Math Word Problems").
+
+Greedy decoding on the first 400 test questions by default. Gold answers are
+the number after `####` in the reference solution. Two extractions are kept
+for every completion: strict (`#### N`, "The answer is N", `\\boxed{N}`, the
+forms our templates ask for) and flexible (the last number in the text, as
+lm-evaluation-harness's flexible-extract filter does). Scoring uses strict
+when it finds something and falls back to flexible otherwise; both are stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from harness.tasks.base import PromptTemplate, TaskError
+from harness.types import Completion, ItemResult, Request, Sample, stable_hash
+
+HUB_DATASET = ("openai/gsm8k", "main")
+DATA_ENV = "EVALSVC_GSM8K_DATA"
+DEFAULT_LIMIT = 400
+N_SHOT = 8
+
+_NUMBER = r"-?\$?\s?\d[\d,]*(?:\.\d+)?"
+_STRICT_PATTERNS = (
+    re.compile(r"####\s*(" + _NUMBER + ")"),
+    re.compile(r"[Tt]he (?:final )?answer is[:\s]*\**\s*(" + _NUMBER + ")"),
+    re.compile(r"\\boxed\{\s*(" + _NUMBER + r")\s*\}"),
+)
+_ANY_NUMBER = re.compile(_NUMBER)
+_CALCULATOR = re.compile(r"<<[^>]*>>")
+
+
+class GSM8KDataError(TaskError):
+    """The GSM8K data could not be found or read."""
+
+
+def normalize_number(raw: str) -> str | None:
+    """Canonical text of a number: no `$`, commas or spaces; `18.0` -> `18`, `-0` -> `0`."""
+    cleaned = raw.replace("$", "").replace(",", "").replace(" ", "").rstrip(".")
+    try:
+        value = Decimal(cleaned)
+    except InvalidOperation:
+        return None
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def extract_strict(text: str) -> str | None:
+    """The answer in one of the explicit forms; the last occurrence wins."""
+    for pattern in _STRICT_PATTERNS:
+        matches = pattern.findall(text)
+        if matches:
+            return normalize_number(matches[-1])
+    return None
+
+
+def extract_flexible(text: str) -> str | None:
+    """The last number anywhere in the text."""
+    for match in reversed(_ANY_NUMBER.findall(text)):
+        number = normalize_number(match)
+        if number is not None:
+            return number
+    return None
+
+
+def extract_answer(text: str) -> tuple[str | None, str | None, str | None]:
+    """(designated, strict, flexible): strict when present, otherwise flexible."""
+    strict = extract_strict(text)
+    flexible = extract_flexible(text)
+    return (strict if strict is not None else flexible), strict, flexible
+
+
+def gold_answer(solution: str) -> str:
+    """The number after `####` in a GSM8K reference solution."""
+    _, sep, tail = solution.rpartition("####")
+    number = normalize_number(tail.strip()) if sep else None
+    if number is None:
+        raise GSM8KDataError(f"reference solution has no '#### N' answer: {solution[-80:]!r}")
+    return number
+
+
+# -- prompt templates -------------------------------------------------------
+
+_ZERO_SHOT_INSTRUCTION = (
+    "Solve the following math problem. Think step by step, then give the final "
+    "answer on its own last line in the form \"The answer is N.\" where N is a number.\n\n"
+)
+
+
+def _zero_shot_chat(sample: Sample) -> Request:
+    return Request(mode="chat", messages=({"role": "user", "content": _ZERO_SHOT_INSTRUCTION + sample.prompt},))
+
+
+def _few_shot_prefix(exemplars: list[dict[str, str]]) -> str:
+    blocks = [f"Question: {ex['question']}\nAnswer: {_CALCULATOR.sub('', ex['answer'])}" for ex in exemplars]
+    return "\n\n".join(blocks) + "\n\n"
+
+
+class GSM8K:
+    """The GSM8K task: loading, prompting and scoring."""
+
+    name = "gsm8k"
+    workload = "math"
+    default_template = "zeroshot-chat"
+
+    def __init__(self) -> None:
+        self._data: str | None = None
+        self._exemplars: list[dict[str, str]] | None = None
+        self.templates = {
+            "zeroshot-chat": PromptTemplate("zeroshot-chat", 1, "chat", _zero_shot_chat),
+            "fewshot-completion": PromptTemplate("fewshot-completion", 1, "completions", self._few_shot_completion),
+        }
+
+    def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]:
+        """The first `limit` test questions (400 when None), from `data`, $EVALSVC_GSM8K_DATA or the hub."""
+        self._data = data or os.environ.get(DATA_ENV)
+        rows = load_split("test", self._data)[: DEFAULT_LIMIT if limit is None else limit]
+        return [self._to_sample(i, row) for i, row in enumerate(rows)]
+
+    def score(self, sample: Sample, completion: Completion) -> ItemResult:
+        designated, strict, flexible = extract_answer(completion.text)
+        return ItemResult(
+            passed=designated is not None and designated == sample.reference,
+            extracted=designated,
+            extracted_strict=strict,
+            extracted_flexible=flexible,
+            detail={"extraction": "strict" if strict is not None else "flexible"},
+        )
+
+    def _to_sample(self, index: int, row: dict[str, str]) -> Sample:
+        question, solution = row["question"], row["answer"]
+        return Sample(
+            task=self.name,
+            item_id=f"gsm8k/test/{index:04d}",
+            item_hash=stable_hash(question, solution),
+            prompt=question,
+            reference=gold_answer(solution),
+            metadata={"solution": solution},
+        )
+
+    def _few_shot_completion(self, sample: Sample) -> Request:
+        if self._exemplars is None:
+            # Exemplars come from the train split only, so no test item can leak into a prompt.
+            self._exemplars = load_split("train", self._data)[:N_SHOT]
+        prompt = _few_shot_prefix(self._exemplars) + f"Question: {sample.prompt}\nAnswer:"
+        return Request(mode="completions", prompt=prompt, stop=("\n\nQuestion:", "\n\n\n"))
+
+
+# -- data loading -----------------------------------------------------------
+
+
+def load_split(split: str, data: str | None) -> list[dict[str, str]]:
+    """Rows of `split` from a local file or folder when given, else from the hub via `datasets`.
+
+    `data` may be the test file itself (its sibling `train.*` is used for the
+    train split) or a folder holding `test.jsonl`/`train.jsonl` (or parquet).
+    """
+    if data:
+        return _read_rows(_resolve_split_file(Path(data), split))
+    return _load_from_hub(split)
+
+
+def _resolve_split_file(path: Path, split: str) -> Path:
+    folder = path if path.is_dir() else path.parent
+    if path.is_file() and (split == "test" or split in path.name):
+        return path
+    for suffix in (".jsonl", ".parquet", ".json"):
+        for candidate in folder.glob(f"{split}*{suffix}"):
+            return candidate
+    if not path.exists():
+        raise GSM8KDataError(f"GSM8K data file {path} does not exist; pass --data PATH to a GSM8K test.jsonl or parquet")
+    raise GSM8KDataError(f"no GSM8K {split} file next to {path}; put {split}.jsonl in {folder}")
+
+
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        rows = pd.read_parquet(path).to_dict("records")
+    else:
+        rows = _read_jsonl(path)
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
+            raise GSM8KDataError(f"{path} row {i + 1} lacks string fields 'question' and 'answer'")
+    return rows
+
+
+def _read_jsonl(path: Path) -> list[dict[str, str]]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise GSM8KDataError(f"{path} line {lineno} is not valid JSON; fix or remove that line") from None
+            if not isinstance(row, dict):
+                raise GSM8KDataError(f"{path} line {lineno} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def _load_from_hub(split: str) -> list[dict[str, str]]:
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(*HUB_DATASET, split=split)
+    except Exception as exc:  # datasets raises many types for "offline"
+        raise GSM8KDataError(
+            f"could not load {HUB_DATASET[0]} from the hub ({type(exc).__name__}); "
+            f"pass --data PATH to a local GSM8K test.jsonl or set {DATA_ENV}"
+        ) from exc
+    return [{"question": r["question"], "answer": r["answer"]} for r in ds]
