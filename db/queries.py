@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlalchemy import Integer, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import Endpoint, Item, Run, utcnow
 from harness.types import Completion, ItemResult, Request, Sample
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ITEM_COLUMNS = [
     "run_id", "endpoint", "task", "item_id", "item_hash", "status", "correct", "extracted", "reference",
@@ -252,8 +254,10 @@ def _summary(row: Any) -> RunSummary:
     )
 
 
-def items_frame(session: Session, run_id: int) -> pd.DataFrame:
+def items_frame(session: Session, run_id: int) -> "pd.DataFrame":
     """One row per item of the run, in the columns the statistics expect."""
+    import pandas as pd  # only readers need it; keeps `evalsvc run` start-up light
+
     query = (
         select(
             Item.run_id, Endpoint.name.label("endpoint"), Run.task, Item.item_id, Item.item_hash, Item.status,

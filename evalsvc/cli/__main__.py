@@ -1,0 +1,3 @@
+from evalsvc.cli import main
+
+main(prog_name="evalsvc")

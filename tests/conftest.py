@@ -1,0 +1,51 @@
+"""Shared fixtures: a GSM8K oracle server, a fresh SQLite store, a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.fake_openai import GSM8K_DIR, FakeOpenAI, gsm8k_oracle
+
+ROOT = Path(__file__).resolve().parents[1]
+GSM8K_TEST = str(GSM8K_DIR / "test.jsonl")
+
+
+def wrong_when(question: str) -> bool:
+    """A deterministic rule for which questions the oracle gets wrong (about a quarter)."""
+    return len(question) % 4 == 0
+
+
+@pytest.fixture
+def oracle_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(gsm8k_oracle(wrong_when)) as server:
+        yield server
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "evalsvc.db")
+
+
+def run_cli(*args: str) -> Result:
+    """Invoke the CLI in-process; exceptions other than exits propagate."""
+    from evalsvc.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def run_cli_process(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "evalsvc.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def load_json(text: str) -> dict:
+    return json.loads(text)

@@ -1,0 +1,123 @@
+"""GSM8K loading, templates and answer extraction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.tasks import TaskError, get_task, pick_template
+from harness.tasks.gsm8k import GSM8KDataError, extract_answer, gold_answer, normalize_number
+from harness.types import Completion
+from tests.fake_openai import GSM8K_DIR
+
+TEST_FILE = GSM8K_DIR / "test.jsonl"
+
+# (completion text, designated, strict, flexible)
+EXTRACTION_TABLE = [
+    ("So she has 18 eggs.\n#### 18", "18", "18", "18"),
+    ("The answer is 1,234.", "1234", "1234", "1234"),
+    ("The answer is $1,234.50", "1234.5", "1234.5", "1234.5"),
+    ("Total: \\boxed{42}", "42", "42", "42"),
+    ("The answer is -7.", "-7", "-7", "-7"),
+    ("He pays $18.00 in all.", "18", None, "18"),
+    ("First 3 apples, then 5 more: 8", "8", None, "8"),
+    ("The answer is 12. Checking: 12 + 3 = 15", "12", "12", "15"),
+    ("The final answer is: **70000**", "70000", "70000", "70000"),
+    ("#### 5\nThe answer is 6", "5", "5", "6"),
+    ("0.5 of 10 is 5.0", "5", None, "5"),
+    ("I cannot solve this.", None, None, None),
+    ("", None, None, None),
+    ("The answer is 3.14159", "3.14159", "3.14159", "3.14159"),
+    ("Costs went from 1,000 to 2,500", "2500", None, "2500"),
+]
+
+
+@pytest.mark.parametrize(("text", "designated", "strict", "flexible"), EXTRACTION_TABLE)
+def test_extract_answer(text: str, designated: str | None, strict: str | None, flexible: str | None) -> None:
+    assert extract_answer(text) == (designated, strict, flexible)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1,000", "1000"), ("$5", "5"), ("18.0", "18"), ("-0", "0"), ("2.50", "2.5"), ("7.", "7"), ("abc", None)],
+)
+def test_normalize_number(raw: str, expected: str | None) -> None:
+    assert normalize_number(raw) == expected
+
+
+def test_gold_answer_reads_the_number_after_hashes() -> None:
+    assert gold_answer("Step <<2*3=6>>6\n#### 1,250") == "1250"
+    with pytest.raises(GSM8KDataError):
+        gold_answer("no marker here")
+
+
+def test_default_subset_is_first_400_with_stable_ids_and_hashes() -> None:
+    task = get_task("gsm8k")
+    samples = task.load_samples(str(TEST_FILE))
+    rows = [json.loads(line) for line in TEST_FILE.read_text().splitlines()]
+    assert len(samples) == 400
+    assert samples[0].item_id == "gsm8k/test/0000" and samples[399].item_id == "gsm8k/test/0399"
+    assert samples[7].prompt == rows[7]["question"]
+    assert samples[7].reference == rows[7]["answer"].rpartition("####")[2].strip().replace(",", "")
+    again = task.load_samples(str(TEST_FILE.parent), limit=10)
+    assert [s.item_hash for s in again] == [s.item_hash for s in samples[:10]]
+    assert len({s.item_hash for s in samples}) == 400
+
+
+def test_scoring_designates_strict_then_flexible() -> None:
+    task = get_task("gsm8k")
+    sample = task.load_samples(str(TEST_FILE), limit=1)[0]  # gold 18
+    right = task.score(sample, Completion(text="... The answer is 18."))
+    wrong_strict = task.score(sample, Completion(text="The answer is 17. Or maybe 18"))
+    fallback = task.score(sample, Completion(text="she makes 18 dollars"))
+    assert (right.passed, right.detail["extraction"]) == (True, "strict")
+    assert (wrong_strict.passed, wrong_strict.extracted, wrong_strict.extracted_flexible) == (False, "17", "18")
+    assert (fallback.passed, fallback.detail["extraction"]) == (True, "flexible")
+
+
+def test_fewshot_template_uses_train_exemplars_never_test() -> None:
+    task = get_task("gsm8k")
+    samples = task.load_samples(str(TEST_FILE), limit=3)
+    request = pick_template(task, "fewshot-completion").build(samples[2])
+    train = [json.loads(line) for line in (GSM8K_DIR / "train.jsonl").read_text().splitlines()[:8]]
+    test_questions = [json.loads(line)["question"] for line in TEST_FILE.read_text().splitlines()]
+    assert request.mode == "completions" and request.stop
+    assert request.prompt.count("Question: ") == 9
+    assert all(ex["question"] in request.prompt for ex in train)
+    assert "<<" not in request.prompt  # calculator annotations stripped
+    assert sum(q in request.prompt for q in test_questions) == 1  # only the item itself
+    assert request.prompt.endswith(samples[2].prompt + "\nAnswer:")
+
+
+def test_zero_shot_chat_template_is_default() -> None:
+    task = get_task("gsm8k")
+    sample = task.load_samples(str(TEST_FILE), limit=1)[0]
+    request = pick_template(task, None).build(sample)
+    assert request.mode == "chat"
+    assert request.messages[-1]["content"].endswith(sample.prompt)
+    assert "The answer is" in request.messages[-1]["content"]
+
+
+def test_bad_data_inputs_are_clear(tmp_path: Path) -> None:
+    task = get_task("gsm8k")
+    with pytest.raises(GSM8KDataError, match="does not exist"):
+        task.load_samples(str(tmp_path / "missing.jsonl"))
+    bad = tmp_path / "test.jsonl"
+    bad.write_text('{"question": "q", "answer": "#### 1"}\nnot json\n')
+    with pytest.raises(GSM8KDataError, match="line 2 is not valid JSON"):
+        task.load_samples(str(bad))
+    with pytest.raises(TaskError, match="no prompt template 'nope'"):
+        pick_template(task, "nope")
+    with pytest.raises(TaskError, match="unknown task"):
+        get_task("mmlu")
+
+
+def test_parquet_file_loads(tmp_path: Path) -> None:
+    import pandas as pd
+
+    rows = [json.loads(line) for line in TEST_FILE.read_text().splitlines()[:5]]
+    pd.DataFrame(rows).to_parquet(tmp_path / "test.parquet")
+    samples = get_task("gsm8k").load_samples(str(tmp_path / "test.parquet"))
+    assert [s.prompt for s in samples] == [r["question"] for r in rows]
