@@ -7,15 +7,21 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 DB_ENV = "EVALSVC_DB"
 MIGRATIONS = Path(__file__).parent / "migrations"
+# Any constant shared by every evalsvc process: the key of the PostgreSQL advisory lock held while migrating.
+MIGRATION_LOCK_KEY = 0x65766C73
 
 
 class StoreError(Exception):
@@ -78,24 +84,61 @@ def _make_engine(url: str) -> Engine:
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     # WAL lets the dashboard read while runs write; busy_timeout makes concurrent
     # writers wait for each other instead of failing with "database is locked".
+    # busy_timeout comes first: switching a new file to WAL itself needs a lock.
     cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA busy_timeout=60000")
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=60000")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
 
 def upgrade_schema(engine: Engine) -> None:
-    """Apply every Alembic migration not yet applied."""
+    """Apply every Alembic migration not yet applied.
+
+    Safe when several processes open the same new store at once: the upgrade
+    runs under a lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock)
+    and re-reads the applied revision once it holds it, so only the first
+    process creates the tables and the others find them done.
+    """
     from alembic import command
+
+    cfg = _alembic_config()
+    if _at_head(engine, cfg):
+        return
+    with engine.begin() as conn:
+        _lock_for_migration(conn)
+        if _at_head(conn, cfg):
+            return
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def _alembic_config() -> "Config":
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    return cfg
+
+
+def _at_head(bind: Engine | Connection, cfg: "Config") -> bool:
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    heads = set(ScriptDirectory.from_config(cfg).get_heads())
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            return set(MigrationContext.configure(conn).get_current_heads()) == heads
+    return set(MigrationContext.configure(bind).get_current_heads()) == heads
+
+
+def _lock_for_migration(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        # pysqlite opens transactions lazily; take the write lock before reading the revision.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
 
 
 def _redact(url: str) -> str:

@@ -162,11 +162,11 @@ def item_row(
         item_hash=sample.item_hash,
         status="ok" if ok else "error",
         correct=result.passed if ok and result else None,
-        reference=sample.reference,
+        reference=_clean_text(sample.reference),
         extracted=result.extracted if result else None,
         extracted_strict=result.extracted_strict if result else None,
         extracted_flexible=result.extracted_flexible if result else None,
-        request=request.as_json(),
+        request=_clean_text(request.as_json()),
         completion=_clean_text(completion.text),
         reasoning=_clean_text(completion.reasoning_text) if completion.reasoning_text else None,
         prompt_tokens=completion.prompt_tokens,
@@ -176,14 +176,23 @@ def item_row(
         truncated=completion.truncated,
         latency_s=completion.latency_s,
         attempts=completion.attempts,
-        error=completion.error,
+        error=_clean_text(completion.error) if completion.error else None,
         detail=result.detail if result else {},
     )
 
 
 def _clean_text(text: str) -> str:
-    # Lone surrogates from a broken server cannot be encoded by any driver.
-    return text.encode("utf-8", errors="replace").decode("utf-8")
+    """Text every backend can store: lone surrogates and NUL become U+FFFD.
+
+    Lone surrogates (from a broken server's JSON escapes) cannot be encoded as
+    UTF-8 by any driver, and PostgreSQL rejects NUL in text columns; marking
+    both with the replacement character keeps the row and shows where.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text
+    # UTF-16 with surrogatepass joins split pairs into their character; what is left unpaired becomes U+FFFD.
+    repaired = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return repaired.replace("\x00", "\ufffd")
 
 
 # -- reading ----------------------------------------------------------------------
@@ -279,3 +288,15 @@ def get_items(session: Session, run_id: int, item_ids: list[str] | None = None) 
     if item_ids is not None:
         query = query.where(Item.item_id.in_(item_ids))
     return list(session.scalars(query))
+
+
+def find_complete_run(session: Session, endpoint: str, task: str, config_hash: str, dataset_hash: str) -> int | None:
+    """The latest complete run with this identity, or None (a ladder step then needs evaluating)."""
+    query = (
+        select(Run.id)
+        .join(Endpoint, Run.endpoint_id == Endpoint.id)
+        .where(Endpoint.name == endpoint, Run.task == task, Run.config_hash == config_hash,
+               Run.dataset_hash == dataset_hash, Run.status == "complete")
+        .order_by(Run.id.desc())
+    )
+    return session.scalars(query).first()

@@ -24,6 +24,7 @@ from harness.types import Completion, DecodingSettings, Request
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class EndpointError(Exception):
@@ -179,27 +180,47 @@ class EndpointClient:
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.base_url}/{path}"
+        # ASCII-escaped JSON: a lone surrogate in a prompt is sent as an escape instead of failing to encode.
+        content = json.dumps(body).encode("ascii")
         try:
-            resp = await self._http.post(url, json=body)
+            async with self._http.stream("POST", url, content=content, headers=_JSON_HEADERS) as resp:
+                data = await _read_capped(resp, url)
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise RequestFailed(f"POST {url}: {_describe(exc)}", retryable=True) from exc
         if resp.status_code == 429 or resp.status_code >= 500:
             raise RequestFailed(
-                f"POST {url}: HTTP {resp.status_code} {_snippet(resp)}",
+                f"POST {url}: HTTP {resp.status_code} {_snippet(data)}",
                 retryable=True,
                 retry_after=_retry_after(resp),
             )
         if resp.status_code != 200:
-            raise RequestFailed(f"POST {url}: HTTP {resp.status_code} {_snippet(resp)}", retryable=False)
-        if len(resp.content) > MAX_BODY_BYTES:
-            raise RequestFailed(f"POST {url}: response body of {len(resp.content)} bytes is too large", False)
-        try:
-            payload = json.loads(resp.content.decode("utf-8", errors="replace"))
-        except ValueError:
-            raise RequestFailed(f"POST {url}: response is not JSON: {_snippet(resp)}", retryable=True) from None
-        if not isinstance(payload, dict):
-            raise RequestFailed(f"POST {url}: response JSON is not an object", retryable=True)
-        return payload
+            raise RequestFailed(f"POST {url}: HTTP {resp.status_code} {_snippet(data)}", retryable=False)
+        return _decode_object(data, url)
+
+
+async def _read_capped(resp: httpx.Response, url: str) -> bytes:
+    """The body, read no further than MAX_BODY_BYTES so a runaway server cannot exhaust memory."""
+    declared = resp.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestFailed(f"POST {url}: response body of {declared} bytes is too large", retryable=False)
+    chunks, size = [], 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise RequestFailed(f"POST {url}: response body exceeds {MAX_BODY_BYTES} bytes", retryable=False)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode_object(data: bytes, url: str) -> dict[str, Any]:
+    # Invalid UTF-8 becomes U+FFFD: the item keeps its (marked) text instead of failing.
+    try:
+        payload = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError:
+        raise RequestFailed(f"POST {url}: response is not JSON: {_snippet(data)}", retryable=True) from None
+    if not isinstance(payload, dict):
+        raise RequestFailed(f"POST {url}: response JSON is not an object", retryable=True)
+    return payload
 
 
 def parse_completion(payload: dict[str, Any], mode: str, latency_s: float, attempts: int) -> Completion:
@@ -244,8 +265,8 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return None
 
 
-def _snippet(resp: httpx.Response, limit: int = 200) -> str:
-    return resp.content[:limit].decode("utf-8", errors="replace").replace("\n", " ")
+def _snippet(data: bytes, limit: int = 200) -> str:
+    return data[:limit].decode("utf-8", errors="replace").replace("\n", " ")
 
 
 def _describe(exc: Exception) -> str:

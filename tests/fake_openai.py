@@ -31,7 +31,7 @@ class Reply:
 
 @dataclass(frozen=True)
 class Fault:
-    """kind: status | drop | malformed | empty_choices | delay | huge | bad_utf8 | no_usage."""
+    """kind: status | drop | malformed | truncated | empty_choices | delay | huge | bad_utf8 | no_usage."""
 
     kind: str
     status: int = 500
@@ -148,6 +148,16 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self.connection.shutdown(2)
             elif fault.kind == "malformed":
                 self._raw(200, b'{"choices": [{"message": ')
+            elif fault.kind == "truncated":
+                # Promise a full body, send half of it, hang up: the client sees an incomplete message.
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "400")
+                self.end_headers()
+                self.wfile.write(b'{"choices": [{"message": {"role": "assistant", "content": "The ans')
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
             elif fault.kind == "huge":
                 self._raw(200, b'{"pad": "' + b"x" * (17 * 1024 * 1024) + b'"}')
             elif fault.kind == "bad_utf8":

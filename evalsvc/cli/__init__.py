@@ -23,7 +23,7 @@ _ERROR_SOURCES = {
     "db.queries": ("NotFound", "EndpointConflict"),
 }
 # Command modules: each defines click commands registered on the group below.
-_COMMAND_MODULES = ("evalsvc.cli.runs",)
+_COMMAND_MODULES = ("evalsvc.cli.runs", "evalsvc.cli.reports", "evalsvc.cli.ladder", "evalsvc.cli.dashboard")
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

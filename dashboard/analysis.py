@@ -1,0 +1,249 @@
+"""What the dashboard shows, computed from plain DataFrames: no Streamlit, no I/O.
+
+The pages call these through the cached readers in `dashboard.data`; keeping
+them free of Streamlit lets them be tested directly and reused by a report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from evalsvc import stats
+from evalsvc.timing import EndpointSpeed, TimingInputError
+
+# Which speed profile a task's outputs are timed with; chat has no accuracy task.
+TASK_WORKLOADS = {"gsm8k": "math", "humaneval": "code"}
+WORKLOADS = ("math", "code", "chat")
+CONFIDENCE = 0.95
+
+FILTER_A_ONLY = "A right, B wrong"
+FILTER_B_ONLY = "B right, A wrong"
+FILTER_BOTH_WRONG = "both wrong, different answers"
+FILTER_LENGTH = "big length change"
+FILTERS = (FILTER_A_ONLY, FILTER_B_ONLY, FILTER_BOTH_WRONG, FILTER_LENGTH)
+
+
+class RunKey(NamedTuple):
+    """A run plus what changes while it is written, so cached results refresh as items arrive."""
+
+    run_id: int
+    n: int
+    status: str
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """Take step B after step A on one workload, or stop at A; with the figures behind it."""
+
+    workload: str
+    task: str
+    step_a: str
+    step_b: str
+    verdict: str
+    take_b: bool | None
+    reason: str
+    token_ratio: float | None
+    speed_ratio: float | None
+    time_ratio: float | None
+    time_ci: tuple[float, float] | None
+
+
+def workload_of(task: str) -> str:
+    """The speed workload (math, code, chat) a task's outputs are timed with."""
+    return TASK_WORKLOADS.get(task, "chat")
+
+
+def run_key(row: Mapping[str, Any]) -> RunKey:
+    """The cache key of one row of the runs table."""
+    return RunKey(int(row["run_id"]), int(row["n"]), str(row["status"]))
+
+
+def ladder_order(runs: pd.DataFrame) -> list[str]:
+    """Endpoints in the order their first run was started: the ladder order by default."""
+    if runs.empty:
+        return []
+    first = runs.groupby("endpoint")["run_id"].min().sort_values()
+    return list(first.index)
+
+
+def latest_runs(runs: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """The latest complete run per (endpoint, task), as `evalsvc compare NAME` picks it."""
+    done = runs[runs["status"] == "complete"]
+    if done.empty:
+        return {}
+    ordered = done.assign(_fin=done["finished_at"].fillna(pd.Timestamp.min.tz_localize("UTC")))
+    ordered = ordered.sort_values(["_fin", "run_id"])
+    last = ordered.groupby(["endpoint", "task"]).tail(1)
+    return {(r.endpoint, r.task): int(r.run_id) for r in last.itertuples()}
+
+
+def tasks_in(runs: pd.DataFrame) -> list[str]:
+    """Tasks present in the store, known ones first."""
+    found = set(runs["task"]) if not runs.empty else set()
+    known = [task for task in TASK_WORKLOADS if task in found]
+    return known + sorted(found - set(known))
+
+
+def run_info(row: Mapping[str, Any]) -> stats.RunInfo:
+    """What the statistics need to know about a run, from a row of the runs table."""
+    return stats.RunInfo(
+        run_id=int(row["run_id"]), endpoint=str(row["endpoint"]), task=str(row["task"]),
+        template=str(row["template"]), decoding=dict(row["decoding"] or {}), mode=row["mode"],
+        config_hash=row["config_hash"],
+    )
+
+
+# --- the ladder table ----------------------------------------------------------
+
+
+def accuracy_interval(correct: int, scored: int) -> tuple[float, float] | None:
+    """Wilson 95% interval for one run's accuracy; None with nothing scored."""
+    if scored <= 0:
+        return None
+    z = float(sps.norm.ppf(0.5 + CONFIDENCE / 2))
+    low, high = stats.wilson_interval(correct, scored, z)
+    return max(0.0, low), min(1.0, high)
+
+
+def step_row(step: str, summary: Mapping[str, Any], items: pd.DataFrame) -> dict[str, Any]:
+    """One ladder-table row: accuracy with its interval, output tokens, truncations, errors."""
+    scored = int(summary["n"]) - int(summary["errors"])
+    interval = accuracy_interval(int(summary["correct"]), scored)
+    tokens = items.loc[items["status"] == "ok", "completion_tokens"].dropna()
+    return {
+        "step": step,
+        "run": int(summary["run_id"]),
+        "scored": scored,
+        "correct": int(summary["correct"]),
+        "accuracy": summary["accuracy"],
+        "95% CI": f"{interval[0]:.1%} to {interval[1]:.1%}" if interval else "n/a",
+        "mean tokens": float(tokens.mean()) if len(tokens) else None,
+        "median tokens": float(tokens.median()) if len(tokens) else None,
+        "truncated": int(summary["truncated"]),
+        "errors": int(summary["errors"]),
+    }
+
+
+def ship_step(steps: Sequence[str], decisions: Sequence[StepDecision]) -> tuple[str, StepDecision | None]:
+    """Walk down the ladder while each next step is taken; the step reached and the first stop."""
+    by_pair = {(d.step_a, d.step_b): d for d in decisions}
+    current = steps[0]
+    for following in steps[1:]:
+        decision = by_pair.get((current, following))
+        if decision is None or not decision.take_b:
+            return current, decision
+        current = following
+    return current, None
+
+
+# --- disagreements -------------------------------------------------------------
+
+
+def token_ratio(paired: pd.DataFrame) -> pd.Series:
+    """Per-item B/A output tokens; NaN where either side has no count or A wrote none."""
+    a = pd.to_numeric(paired["completion_tokens_a"], errors="coerce")
+    b = pd.to_numeric(paired["completion_tokens_b"], errors="coerce")
+    return (b / a.where(a > 0)).astype(float)
+
+
+def filter_pairs(paired: pd.DataFrame, kind: str, min_ratio: float = 1.5) -> pd.DataFrame:
+    """Paired items matching one disagreement filter, with a `B/A tokens` column.
+
+    The length filter keeps items whose output grew or shrank by at least
+    `min_ratio` times, whatever their correctness.
+    """
+    frame = paired.assign(**{"B/A tokens": token_ratio(paired)})
+    a, b = frame["correct_a"], frame["correct_b"]
+    if kind == FILTER_A_ONLY:
+        mask = a & ~b
+    elif kind == FILTER_B_ONLY:
+        mask = ~a & b
+    elif kind == FILTER_BOTH_WRONG:
+        mask = ~a & ~b & (frame["extracted_a"].fillna("") != frame["extracted_b"].fillna(""))
+    elif kind == FILTER_LENGTH:
+        ratio = frame["B/A tokens"]
+        mask = (ratio >= min_ratio) | (ratio <= 1 / min_ratio)
+    else:
+        raise ValueError(f"unknown filter {kind!r}; choose one of: {', '.join(FILTERS)}")
+    return frame[mask.fillna(False)].reset_index(drop=True)
+
+
+def question_text(request_json: str) -> str:
+    """The prompt a stored request sent: the last user message, or the raw prompt."""
+    try:
+        request = json.loads(request_json or "{}")
+    except json.JSONDecodeError:
+        return request_json
+    users = [m.get("content", "") for m in request.get("messages") or [] if m.get("role") == "user"]
+    return users[-1] if users else request.get("prompt", "")
+
+
+def completion_diff(text_a: str, text_b: str, label_a: str = "A", label_b: str = "B") -> str:
+    """Line diff of two completions ('-' only in A, '+' only in B); empty when identical."""
+    lines = difflib.unified_diff(
+        (text_a or "").splitlines(), (text_b or "").splitlines(), fromfile=label_a, tofile=label_b, lineterm="", n=2
+    )
+    return "\n".join(lines)
+
+
+# --- length --------------------------------------------------------------------
+
+
+def tokens_long(paired: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """Output tokens of both sides in long form (endpoint, tokens) for a histogram."""
+    a = pd.DataFrame({"endpoint": label_a, "tokens": paired["completion_tokens_a"]})
+    b = pd.DataFrame({"endpoint": label_b, "tokens": paired["completion_tokens_b"]})
+    both = pd.concat([a, b], ignore_index=True)
+    both["tokens"] = pd.to_numeric(both["tokens"], errors="coerce")
+    return both.dropna()
+
+
+def histogram_counts(values: pd.Series, bins: int = 30) -> pd.DataFrame:
+    """Bin edges and counts, for a chart that does not need the raw values."""
+    clean = pd.to_numeric(values, errors="coerce").dropna().to_numpy()
+    if clean.size == 0:
+        return pd.DataFrame({"low": [], "high": [], "count": []})
+    counts, edges = np.histogram(clean, bins=bins)
+    return pd.DataFrame({"low": edges[:-1], "high": edges[1:], "count": counts})
+
+
+# --- speeds --------------------------------------------------------------------
+
+
+def speeds_from_metadata(metadata: Mapping[str, Any], endpoint: str) -> dict[str, EndpointSpeed]:
+    """An endpoint's decode speeds per workload, from its stored metadata.
+
+    Read from `metadata["speed"][workload]`, either measured samples
+    (`{"ttft_s": [...], "decode_tps": [...], "source": ...}`) or a figure
+    entered by hand (`{"tokens_per_second": 252, "ttft_s": 0.1, "source": ...}`).
+    Malformed entries are skipped: a missing speed only hides the time figures.
+    """
+    found: dict[str, EndpointSpeed] = {}
+    for workload, entry in dict(metadata.get("speed") or {}).items():
+        speed = _speed_entry(entry, f"{endpoint}/{workload}")
+        if speed is not None:
+            found[str(workload)] = speed
+    return found
+
+
+def _speed_entry(entry: Any, label: str) -> EndpointSpeed | None:
+    if not isinstance(entry, Mapping):
+        return None
+    source = str(entry.get("source") or label)
+    try:
+        if entry.get("decode_tps") and isinstance(entry["decode_tps"], (list, tuple)):
+            ttft = entry.get("ttft_s") or [0.0] * len(entry["decode_tps"])
+            return EndpointSpeed(tuple(map(float, ttft)), tuple(map(float, entry["decode_tps"])), source, True)
+        if entry.get("tokens_per_second"):
+            return EndpointSpeed.by_hand(float(entry["tokens_per_second"]), source, float(entry.get("ttft_s") or 0.0))
+    except (TypeError, ValueError, TimingInputError):
+        return None
+    return None

@@ -1,0 +1,42 @@
+"""The evalsvc dashboard: `evalsvc dashboard [--db URL]`, or
+`streamlit run dashboard/app.py -- --db URL` (else $EVALSVC_DB)."""
+
+from __future__ import annotations
+
+import streamlit as st
+from streamlit.navigation.page import StreamlitPage
+
+from dashboard import data, widgets
+from db.engine import StoreError
+
+
+def build_navigation() -> StreamlitPage:
+    """The five pages; the Ladder opens first."""
+    pages = [
+        st.Page(widgets.PAGES["ladder"], title="Ladder", icon=":material/stairs:", default=True),
+        st.Page(widgets.PAGES["disagreements"], title="Disagreements", icon=":material/compare_arrows:"),
+        st.Page(widgets.PAGES["significance"], title="Significance", icon=":material/functions:"),
+        st.Page(widgets.PAGES["length_time"], title="Length and time", icon=":material/timer:"),
+        st.Page(widgets.PAGES["evaluate"], title="Evaluate an endpoint", icon=":material/play_arrow:"),
+    ]
+    return st.navigation(pages)
+
+
+def render_sidebar(url: str) -> None:
+    """The store in use and the ladder's steps, on every page."""
+    st.sidebar.caption(f"Store: `{url}`")
+    try:
+        runs = data.load_runs(url)
+    except StoreError:
+        return  # each page explains the failure
+    widgets.ladder_sidebar(runs)
+
+
+def main() -> None:
+    st.set_page_config(page_title="evalsvc", page_icon=":material/stairs:", layout="wide")
+    navigation = build_navigation()
+    render_sidebar(data.db_url())
+    navigation.run()
+
+
+main()

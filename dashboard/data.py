@@ -1,0 +1,275 @@
+"""Cached reads for the dashboard: the store through `db.queries`, figures through `evalsvc`.
+
+Every heavy result is cached under the keys of the runs it came from
+(`RunKey`: id, item count, status), so a finished run is read once and a run
+still being written is re-read as its items arrive. The runs table itself is
+cached for a couple of seconds only, which is what makes progress live.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis
+from dashboard.analysis import RunKey, StepDecision
+from db import queries
+from db.engine import DB_ENV, Store, open_store, to_url
+from evalsvc import compare, stats, timing
+
+log = logging.getLogger(__name__)
+
+RUNS_TTL_S = 2.0
+RUN_COLUMNS = (
+    "run_id", "endpoint", "task", "template", "mode", "decoding", "config_hash", "status", "n_items", "n",
+    "correct", "errors", "truncated", "accuracy", "mean_completion_tokens", "repeat", "started_at", "finished_at",
+    "error",
+)
+
+
+# --- where the store is ----------------------------------------------------------
+
+
+def db_url(argv: Sequence[str] | None = None) -> str:
+    """The store URL: `--db URL` after `--` on the streamlit command line, else $EVALSVC_DB, else the default."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    for index, arg in enumerate(args):
+        if arg == "--db" and index + 1 < len(args):
+            return to_url(args[index + 1])
+        if arg.startswith("--db="):
+            return to_url(arg.split("=", 1)[1])
+    return to_url(os.environ.get(DB_ENV) or None)
+
+
+@st.cache_resource(show_spinner=False)
+def get_store(url: str) -> Store:
+    """One store (engine and connection pool) per URL for the whole server."""
+    return open_store(url)
+
+
+# --- runs and items -------------------------------------------------------------
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def load_runs(url: str) -> pd.DataFrame:
+    """Every run with its counts and configuration, one row each, oldest first."""
+    with get_store(url).session() as session:
+        rows = []
+        for summary in queries.summarize_runs(session):
+            run = queries.resolve_run(session, str(summary.run_id))
+            rows.append({
+                **summary.__dict__, "mode": run.mode, "decoding": dict(run.decoding or {}),
+                "config_hash": run.config_hash, "error": run.error,
+            })
+    frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    for column in ("started_at", "finished_at"):
+        frame[column] = pd.to_datetime(frame[column], utc=True)
+    return frame
+
+
+def run_keys(runs: pd.DataFrame) -> dict[int, RunKey]:
+    """The cache key of every run in the table."""
+    return {int(row["run_id"]): analysis.run_key(row) for _, row in runs.iterrows()}
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def load_items(url: str, key: RunKey) -> pd.DataFrame:
+    """One row per item of a run (no texts), as `db.queries.items_frame` returns it."""
+    with get_store(url).session() as session:
+        return queries.items_frame(session, key.run_id)
+
+
+def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
+    """Everything stored about one item of one run, texts included; None when absent."""
+    with get_store(url).session() as session:
+        rows = queries.get_items(session, run_id, [item_id])
+        if not rows:
+            return None
+        item = rows[0]
+        return {column.key: getattr(item, column.key) for column in item.__mapper__.column_attrs}
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, timing.EndpointSpeed]]:
+    """Decode speeds per endpoint and workload, from the endpoints' stored metadata."""
+    found = {}
+    with get_store(url).session() as session:
+        for name in endpoints:
+            endpoint = queries.get_endpoint(session, name)
+            found[name] = analysis.speeds_from_metadata(endpoint.metadata_ or {}, name)
+    return found
+
+
+# --- pairs ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class PairResult:
+    """Two runs paired item by item, or why they could not be."""
+
+    comparison: compare.Comparison | None
+    items: pd.DataFrame
+    error: str | None = None
+    differences: tuple[str, ...] = ()
+
+
+def _info(url: str, run_id: int) -> stats.RunInfo:
+    runs = load_runs(url)
+    return analysis.run_info(runs[runs["run_id"] == run_id].iloc[0])
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def pair(url: str, key_a: RunKey, key_b: RunKey, force: bool = False) -> PairResult:
+    """The paired items and comparison of run B against run A."""
+    info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
+    try:
+        paired = stats.pair_runs(load_items(url, key_a), load_items(url, key_b), info_a, info_b, force=force)
+    except stats.SettingsMismatch as exc:
+        return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
+    except stats.PairingError as exc:
+        return PairResult(None, pd.DataFrame(), str(exc))
+    return PairResult(compare.summarize_pairing(paired), paired.items, None, paired.differences)
+
+
+# --- the ladder -----------------------------------------------------------------------
+
+
+def step_runs(runs: pd.DataFrame, steps: Sequence[str]) -> dict[str, dict[str, RunKey]]:
+    """For each task, the latest complete run of every step that has one: task -> step -> key."""
+    latest = analysis.latest_runs(runs)
+    keys = run_keys(runs)
+    found: dict[str, dict[str, RunKey]] = {}
+    for task in analysis.tasks_in(runs):
+        per_step = {step: keys[latest[(step, task)]] for step in steps if (step, task) in latest}
+        if per_step:
+            found[task] = per_step
+    return found
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, RunKey], ...]) -> compare.LadderReport | str:
+    """Every step against the previous one and the baseline, Holm-adjusted; or why not."""
+    runs = load_runs(url)
+    by_step: dict[str, list[compare.StepRun]] = {step: [] for step in steps}
+    for step, _task, key in keys:
+        info = analysis.run_info(runs[runs["run_id"] == key.run_id].iloc[0])
+        by_step[step].append(compare.StepRun(info, load_items(url, key)))
+    ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
+    try:
+        return compare.build_ladder_report(ladder)
+    except (stats.PairingError, ValueError) as exc:
+        return str(exc)
+
+
+def report_for(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> compare.LadderReport | str:
+    """The ladder report of `steps` on their latest complete runs."""
+    per_task = step_runs(runs, steps)
+    keys = tuple((step, task, key) for task, per_step in per_task.items() for step, key in per_step.items())
+    if len(steps) < 2 or not keys:
+        return "pick at least two steps with complete runs to compare"
+    return ladder_report(url, tuple(steps), keys)
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def length_and_time(
+    url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None
+) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
+    """Output-length change of B over A on paired items, and the task-time change when both speeds are known."""
+    result = pair(url, key_a, key_b, force=True)
+    if result.comparison is None:
+        return None, None, result.error
+    items = result.items
+    try:
+        length = timing.measure_length_inflation(
+            items["completion_tokens_a"], items["completion_tokens_b"], items["correct_a"], items["correct_b"],
+            items["finish_reason_a"], items["finish_reason_b"],
+        )
+    except timing.TimingInputError as exc:
+        return None, None, str(exc)
+    if speed_a is None or speed_b is None:
+        return length, None, None
+    try:
+        time = timing.compare_task_time(items["completion_tokens_a"], items["completion_tokens_b"], speed_a, speed_b)
+    except timing.TimingInputError as exc:
+        return length, None, str(exc)
+    return length, time, None
+
+
+def step_decisions(
+    url: str, runs: pd.DataFrame, steps: Sequence[str], report: compare.LadderReport
+) -> list[StepDecision]:
+    """Step N+1 against step N on every workload with an accuracy task: take it or stop."""
+    speeds = endpoint_speeds(url, tuple(steps))
+    per_task = step_runs(runs, steps)
+    entries = {(e.comparison.task, e.step_a, e.step_b): e for e in report.entries if e.kind == "previous"}
+    found = []
+    for task, per_step in per_task.items():
+        for a, b in zip(steps, steps[1:]):
+            entry = entries.get((task, a, b))
+            if entry is None or a not in per_step or b not in per_step:
+                continue
+            found.append(_decide(url, task, entry, per_step[a], per_step[b], speeds))
+    return found
+
+
+def _decide(
+    url: str, task: str, entry: compare.LadderEntry, key_a: RunKey, key_b: RunKey,
+    speeds: dict[str, dict[str, timing.EndpointSpeed]],
+) -> StepDecision:
+    workload = analysis.workload_of(task)
+    verdict = compare.verdict_label(entry.comparison)
+    speed_a = speeds.get(entry.step_a, {}).get(workload)
+    speed_b = speeds.get(entry.step_b, {}).get(workload)
+    length, time, problem = length_and_time(url, key_a, key_b, speed_a, speed_b)
+    base = dict(workload=workload, task=task, step_a=entry.step_a, step_b=entry.step_b, verdict=verdict)
+    token_ratio = length.all_items.ratio_of_means if length else None
+    if length is None or time is None:
+        missing = [s for s, speed in ((entry.step_a, speed_a), (entry.step_b, speed_b)) if speed is None]
+        why = problem or f"no {workload} speed stored for {', '.join(missing)}; run `evalsvc speed`"
+        return StepDecision(**base, take_b=None, reason=f"accuracy {verdict}; {why}", token_ratio=token_ratio,
+                            speed_ratio=None, time_ratio=None, time_ci=None)
+    decision = timing.decide(workload, verdict, length, time)
+    return StepDecision(**base, take_b=decision.take_b, reason=decision.reason, token_ratio=token_ratio,
+                        speed_ratio=time.speed_ratio, time_ratio=time.ratio, time_ci=time.ci)
+
+
+# --- noise floor -------------------------------------------------------------------------
+
+
+def repeat_groups(runs: pd.DataFrame) -> list[pd.DataFrame]:
+    """Complete runs of one endpoint, task and configuration, where there are at least two."""
+    done = runs[runs["status"] == "complete"]
+    groups = [g.sort_values("repeat") for _, g in done.groupby(["endpoint", "task", "config_hash"]) if len(g) >= 2]
+    return groups
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def flip_rate(url: str, key_1: RunKey, key_2: RunKey) -> stats.FlipRate | str:
+    """How often two runs of the same endpoint disagree on correctness."""
+    try:
+        return stats.flip_rate(load_items(url, key_1), load_items(url, key_2))
+    except stats.PairingError as exc:
+        return str(exc)
+
+
+def noise_floor(url: str, runs: pd.DataFrame) -> pd.DataFrame:
+    """Flip rate between the first two repeats of each endpoint/task/config that has repeats."""
+    keys = run_keys(runs)
+    rows = []
+    for group in repeat_groups(runs):
+        first, second = group.iloc[0], group.iloc[1]
+        result = flip_rate(url, keys[int(first["run_id"])], keys[int(second["run_id"])])
+        if isinstance(result, str):
+            continue
+        rows.append({
+            "endpoint": first["endpoint"], "task": first["task"], "runs": f"{first['run_id']} and {second['run_id']}",
+            "paired items": result.n_paired, "flips": result.flips, "flip rate": result.rate,
+        })
+    return pd.DataFrame(rows, columns=["endpoint", "task", "runs", "paired items", "flips", "flip rate"])

@@ -1,0 +1,107 @@
+"""Length and time: output tokens of two steps, the inflation ratio, task time, the decision."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis, data, widgets
+from evalsvc import compare, timing
+
+
+def length_table(length: timing.LengthInflation) -> pd.DataFrame:
+    """Ratio of means with its interval, median per-item ratio and Wilcoxon p; all items and both-correct."""
+    rows = []
+    for label, part in (("all paired items", length.all_items), ("both correct", length.both_correct)):
+        if part is None:
+            continue
+        rows.append({
+            "items": label, "n": str(part.n), "mean A": f"{part.mean_a:.1f}", "mean B": f"{part.mean_b:.1f}",
+            "B/A (ratio of means)": f"{part.ratio_of_means:.3f}",
+            f"{length.confidence:.0%} CI": f"{part.ci[0]:.3f} to {part.ci[1]:.3f}",
+            "median item ratio": widgets.num(part.median_item_ratio, 3),
+            "Wilcoxon p": compare.format_p(part.wilcoxon_p) if part.wilcoxon_p is not None else widgets.MISSING,
+        })
+    return pd.DataFrame(rows).set_index("items")
+
+
+def charts(items: pd.DataFrame, pair: widgets.Pair) -> alt.HConcatChart:  # type: ignore[type-arg]
+    """Overlaid histograms of output tokens and the paired scatter with the y = x line."""
+    long = analysis.tokens_long(items, pair.a, pair.b)
+    histogram = alt.Chart(long, title="Output tokens").mark_bar(opacity=0.5).encode(
+        x=alt.X("tokens:Q", bin=alt.Bin(maxbins=40)), y=alt.Y("count():Q", stack=None), color="endpoint:N")
+    points = items[["item_id", "completion_tokens_a", "completion_tokens_b", "correct_a", "correct_b"]].dropna()
+    points = points.assign(outcome=points.apply(_outcome, axis=1))
+    top = float(max(points["completion_tokens_a"].max(), points["completion_tokens_b"].max(), 1)) if len(points) else 1.0
+    scatter = alt.Chart(points, title="Paired: tokens B against tokens A").mark_circle(size=30).encode(
+        x=alt.X("completion_tokens_a:Q", title=f"{pair.a} tokens"),
+        y=alt.Y("completion_tokens_b:Q", title=f"{pair.b} tokens"), color="outcome:N", tooltip=["item_id"])
+    diagonal = alt.Chart(pd.DataFrame({"x": [0.0, top], "y": [0.0, top]})).mark_line(color="gray").encode(x="x", y="y")
+    charts = alt.hconcat(histogram.properties(width=380, height=260), (scatter + diagonal).properties(width=300, height=260))
+    return charts.resolve_scale(color="independent")
+
+
+def _outcome(row: pd.Series) -> str:
+    return {(True, True): "both right", (True, False): "A only", (False, True): "B only"}.get(
+        (bool(row["correct_a"]), bool(row["correct_b"])), "both wrong")
+
+
+def render_time(time: timing.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
+    """Task time of B against A, or what is missing to compute it."""
+    if time is None:
+        st.info(f"No {workload} decode speed stored for both steps; measure it with "
+                f"`evalsvc speed --endpoint NAME --workload {workload}` to get the task-time change.")
+        return
+    cols = st.columns(3)
+    cols[0].metric("task time B/A", f"{time.ratio:.3f}", help=f"{time.confidence:.0%} CI {time.ci[0]:.3f} to {time.ci[1]:.3f}")
+    cols[1].metric("decode speed B/A", f"{time.speed_ratio:.2f}x")
+    cols[2].metric("output tokens B/A", f"{time.token_ratio:.2f}x")
+    st.text(f"task time B/A {time.ratio:.3f} ({time.confidence:.0%} CI {time.ci[0]:.3f} to {time.ci[1]:.3f}); "
+            f"mean task time {time.mean_time_a_s:.2f} s ({pair.a}) vs {time.mean_time_b_s:.2f} s ({pair.b})\n"
+            f"A: {time.speed_a}\nB: {time.speed_b}")
+    st.caption(time.model)
+
+
+def render_decisions(url: str, runs: pd.DataFrame, steps: list[str]) -> None:
+    """Step N against N+1 on every workload of the ladder."""
+    report = data.report_for(url, runs, steps)
+    if not isinstance(report, compare.LadderReport):
+        return
+    rows = [{
+        "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b,
+        "decision": {True: f"take {d.step_b}", False: f"stop at {d.step_a}", None: "no decision"}[d.take_b],
+        "accuracy": d.verdict, "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.speed_ratio, 2),
+        "task time B/A": widgets.num(d.time_ratio, 3),
+    } for d in data.step_decisions(url, runs, steps, report)]
+    st.subheader("Step N or N+1, per workload")
+    st.table(pd.DataFrame(rows).set_index("workload"))
+
+
+def main() -> None:
+    url = data.db_url()
+    st.title("Length and time")
+    runs = widgets.runs_or_stop(url)
+    steps = widgets.selected_steps(runs)
+    pair = widgets.pair_picker(runs, steps)
+    if pair is None:
+        return
+    workload = analysis.workload_of(pair.task)
+    keys = data.step_runs(runs, steps)[pair.task]
+    speeds = data.endpoint_speeds(url, (pair.a, pair.b))
+    length, time, problem = data.length_and_time(
+        url, keys[pair.a], keys[pair.b], speeds[pair.a].get(workload), speeds[pair.b].get(workload))
+    if problem:
+        st.warning(problem)
+    if length is not None:
+        st.subheader(f"Output length, {pair.b} against {pair.a} ({pair.task})")
+        st.table(length_table(length))
+        st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
+                   f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
+        st.altair_chart(charts(data.pair(url, keys[pair.a], keys[pair.b], True).items, pair))
+        st.subheader("Task time")
+        render_time(time, workload, pair)
+    render_decisions(url, runs, steps)
+
+
+main()

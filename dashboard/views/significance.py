@@ -1,0 +1,105 @@
+"""Significance: the ladder's paired comparisons, in tables and in words."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data, widgets
+from evalsvc import compare, stats
+
+REPORT_COLUMNS = ("task", "step A", "step B", "vs", "n", "both", "A only", "B only", "neither", "acc A", "acc B",
+                  "B-A", "95% CI", "p exact", "p Holm", "MDE", "verdict")
+
+
+def report_table(report: compare.LadderReport) -> pd.DataFrame:
+    """Every comparison of the ladder, with its 2x2 counts and Holm-adjusted verdict."""
+    rows = []
+    for entry in report.entries:
+        c = entry.comparison
+        cells = dict(zip(compare.COLUMNS, compare.comparison_row(c)))
+        rows.append({
+            "task": c.task, "step A": entry.step_a, "step B": entry.step_b, "vs": entry.kind,
+            **{k: cells[k] for k in ("n", "both", "A only", "B only", "neither", "acc A", "acc B", "B-A", "95% CI",
+                                     "p exact", "MDE", "verdict")},
+            "p Holm": compare.format_p(entry.p_holm),
+        })
+    return pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
+
+
+def table_2x2(pair: widgets.Pair, table: stats.Table2x2) -> pd.DataFrame:
+    """The paired 2x2 table with readable labels."""
+    return pd.DataFrame(
+        [[table.both_correct, table.a_only], [table.b_only, table.neither]],
+        index=[f"{pair.a} right", f"{pair.a} wrong"], columns=[f"{pair.b} right", f"{pair.b} wrong"],
+    )
+
+
+def find_entry(report: compare.LadderReport, pair: widgets.Pair) -> compare.LadderEntry | None:
+    """The ladder's comparison of this pair, if the ladder makes it."""
+    for entry in report.entries:
+        if (entry.comparison.task, entry.step_a, entry.step_b) == pair:
+            return entry
+    return None
+
+
+def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: compare.LadderReport) -> None:
+    """The chosen pair: its 2x2 table and verdict in words."""
+    pair = widgets.pair_picker(runs, steps)
+    if pair is None:
+        return
+    entry = find_entry(report, pair)
+    if entry is not None:
+        comparison, sentence = entry.comparison, compare.describe_comparison(entry.comparison, entry.p_holm)
+    else:
+        keys = data.step_runs(runs, steps)[pair.task]
+        result = data.pair(url, keys[pair.a], keys[pair.b])
+        if result.comparison is None:
+            st.error(result.error)
+            return
+        comparison = result.comparison
+        sentence = compare.describe_comparison(comparison) + " (Not one of the ladder's comparisons: no Holm adjustment.)"
+    left, right = st.columns([1, 2])
+    with left:
+        st.table(table_2x2(pair, comparison.table))
+    with right:
+        st.markdown(f"**Verdict: {widgets.esc(compare.verdict_label(comparison))}**")
+        st.markdown(widgets.esc(sentence))
+
+
+def render_noise(url: str, runs: pd.DataFrame) -> None:
+    """Run-to-run flip rates where an endpoint was evaluated twice with one configuration."""
+    st.subheader("Noise floor")
+    floor = data.noise_floor(url, runs)
+    if floor.empty:
+        st.info("No repeat runs yet. `evalsvc run ... --repeat` evaluates an endpoint again with the same "
+                "settings; the share of items that flip between the two runs is the noise floor.")
+        return
+    shown = floor.assign(**{"flip rate": floor["flip rate"].map(widgets.pct)})
+    st.table(shown.set_index("endpoint"))
+    st.caption("A comparison whose disagreements are no more than these flips could be run-to-run noise.")
+
+
+def main() -> None:
+    url = data.db_url()
+    st.title("Significance")
+    runs = widgets.runs_or_stop(url)
+    steps = widgets.selected_steps(runs)
+    report = data.report_for(url, runs, steps)
+    if not isinstance(report, compare.LadderReport):
+        st.warning(report)
+        return
+    render_pair(url, runs, steps, report)
+    st.subheader("Every comparison")
+    st.table(report_table(report).set_index("task"))
+    st.caption(f"Baseline: {report.baseline}. p Holm adjusts all {len(report.entries)} exact McNemar p-values "
+               "together and the verdicts use it. B-A, CI and MDE in accuracy points; MDE at 80% power.")
+    st.subheader("In words")
+    for task, q in report.cochran.items():
+        st.markdown("- " + widgets.esc(compare.describe_cochran(task, q)))
+    for entry in report.entries:
+        st.markdown("- " + widgets.esc(compare.describe_comparison(entry.comparison, entry.p_holm)))
+    render_noise(url, runs)
+
+
+main()

@@ -1,0 +1,96 @@
+"""Speed measurements: tables and queries.
+
+One `SpeedRun` per endpoint and workload measurement (or hand-entered figure,
+with its provenance), one `SpeedSampleRow` per streamed request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from db.models import Base, Endpoint, utcnow
+from harness.speed import SpeedSample
+
+
+class SpeedRun(Base):
+    __tablename__ = "speed_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id"), index=True)
+    workload: Mapped[str] = mapped_column(String(20))
+    measured: Mapped[bool] = mapped_column()
+    source: Mapped[str] = mapped_column(Text)
+    max_tokens: Mapped[Optional[int]] = mapped_column(Integer)
+    decode_tps_by_hand: Mapped[Optional[float]] = mapped_column(Float)
+    ttft_s_by_hand: Mapped[Optional[float]] = mapped_column(Float)
+    spec_stats: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SpeedSampleRow(Base):
+    __tablename__ = "speed_samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    speed_run_id: Mapped[int] = mapped_column(ForeignKey("speed_runs.id", ondelete="CASCADE"), index=True)
+    prompt_id: Mapped[str] = mapped_column(String(100))
+    ttft_s: Mapped[Optional[float]] = mapped_column(Float)
+    decode_tps: Mapped[Optional[float]] = mapped_column(Float)
+    output_tokens: Mapped[Optional[int]] = mapped_column(Integer)
+    token_source: Mapped[Optional[str]] = mapped_column(String(10))
+    total_s: Mapped[float] = mapped_column(Float, default=0.0)
+    finish_reason: Mapped[Optional[str]] = mapped_column(String(50))
+    accept_length: Mapped[Optional[float]] = mapped_column(Float)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+
+
+def add_speed_run(
+    session: Session, endpoint: Endpoint, workload: str, samples: list[tuple[str, SpeedSample]],
+    source: str, max_tokens: int, spec_stats: dict[str, Any] | None,
+) -> SpeedRun:
+    """Store a measured speed run and every sample (failed ones too)."""
+    run = SpeedRun(endpoint_id=endpoint.id, workload=workload, measured=True, source=source,
+                   max_tokens=max_tokens, spec_stats=spec_stats)
+    session.add(run)
+    session.flush()
+    session.add_all(
+        SpeedSampleRow(
+            speed_run_id=run.id, prompt_id=prompt_id, ttft_s=s.ttft_s, decode_tps=s.decode_tps,
+            output_tokens=s.output_tokens, token_source=s.token_source, total_s=s.total_s,
+            finish_reason=s.finish_reason, accept_length=s.accept_length, error=s.error,
+        )
+        for prompt_id, s in samples
+    )
+    session.commit()
+    return run
+
+
+def add_speed_by_hand(
+    session: Session, endpoint: Endpoint, workload: str, decode_tps: float, ttft_s: float, source: str
+) -> SpeedRun:
+    run = SpeedRun(endpoint_id=endpoint.id, workload=workload, measured=False, source=source,
+                   decode_tps_by_hand=decode_tps, ttft_s_by_hand=ttft_s)
+    session.add(run)
+    session.commit()
+    return run
+
+
+def latest_speed_run(session: Session, endpoint_id: int, workload: str) -> SpeedRun | None:
+    query = (select(SpeedRun).where(SpeedRun.endpoint_id == endpoint_id, SpeedRun.workload == workload)
+             .order_by(SpeedRun.id.desc()))
+    return session.scalars(query).first()
+
+
+def speed_samples(session: Session, speed_run_id: int) -> list[tuple[str, SpeedSample]]:
+    """(prompt id, sample) pairs of a stored speed run, in measurement order."""
+    rows = session.scalars(select(SpeedSampleRow).where(SpeedSampleRow.speed_run_id == speed_run_id)
+                           .order_by(SpeedSampleRow.id))
+    return [
+        (r.prompt_id, SpeedSample(index=i, ttft_s=r.ttft_s, decode_tps=r.decode_tps, output_tokens=r.output_tokens,
+                                  token_source=r.token_source, total_s=r.total_s,  # type: ignore[arg-type]
+                                  finish_reason=r.finish_reason, accept_length=r.accept_length, error=r.error))
+        for i, r in enumerate(rows)
+    ]

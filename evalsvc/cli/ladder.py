@@ -1,0 +1,119 @@
+"""`evalsvc ladder run` and `evalsvc demo`."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+
+from db.engine import Store, open_store
+from evalsvc.cli import register_errors
+from evalsvc.cli.runs import DB_OPTION, JSON_OPTION, task_list
+from evalsvc.ladder import Ladder, load_ladder
+from evalsvc.ladder_run import LadderPlan, StepOutcome, prepare_ladder, run_ladder
+from evalsvc.runner import RunSpec
+from harness.tasks import TASK_NAMES
+from harness.types import DecodingSettings
+
+register_errors("evalsvc.ladder", "LadderError")
+register_errors("evalsvc.embedded", "EngineSetupError")
+
+DEMO_LIMITS = {"gsm8k": 20, "humaneval": 10}
+DEMO_MAX_TOKENS = 512
+
+
+def embedded_ladder_path() -> Path:
+    return Path(str(resources.files("evalsvc") / "ladders" / "embedded-cpu.yaml"))
+
+
+def log_dir() -> Path:
+    from evalsvc.embedded import evalsvc_home
+
+    return evalsvc_home() / "logs"
+
+
+@click.group("ladder")
+def ladder_group() -> None:
+    """Evaluate every step of a ladder file."""
+
+
+@ladder_group.command("run")
+@click.argument("ladder_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--task", default="all", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
+@click.option("--limit", type=click.IntRange(min=1), help="First N items of each task.")
+@click.option("--data", type=click.Path(), help="Local GSM8K file or folder.")
+@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--no-progress", is_flag=True)
+@DB_OPTION
+@JSON_OPTION
+def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str | None, max_tokens: int,
+                       concurrency: int, no_progress: bool, db: str | None, as_json: bool) -> None:
+    """Launch (when the file says how), evaluate and stop each step in turn."""
+    store = open_store(db)
+    ladder = prepare_ladder(load_ladder(ladder_file))
+    base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=concurrency,
+                   settings=DecodingSettings(max_tokens=max_tokens))
+    tasks = tuple(task_list(task))
+    plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base)
+    outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json))
+    print_outcomes(store, ladder, outcomes, as_json)
+
+
+def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:
+    from evalsvc.reports import ladder_report_for
+
+    report = ladder_report_for(store, [s.name for s in ladder.steps])
+    if as_json:
+        steps = [{"step": o.step, "run_ids": list(o.run_ids), "reused": list(o.reused), "error": o.error}
+                 for o in outcomes]
+        click.echo(json.dumps({"db": store.url, "steps": steps, "report": report.to_dict()}, indent=2))
+        return
+    for o in outcomes:
+        state = f"failed to start: {o.error}" if o.error else (
+            f"runs {', '.join(map(str, o.run_ids))}" + (f" (stored, reused: {', '.join(o.reused)})" if o.reused else ""))
+        click.echo(f"step {o.step}: {state}")
+    click.echo("")
+    click.echo(report.render_text())
+    click.echo(f"\nevery item is stored in {store.url}")
+    if any(o.error for o in outcomes):
+        raise SystemExit(1)
+
+
+@click.command("demo")
+@click.option("--full", is_flag=True, help="All 400 GSM8K questions and 164 HumanEval problems (hours on a CPU).")
+@click.option("--data", type=click.Path(), help="Local GSM8K file or folder (default: found beside the checkout).")
+@click.option("--no-progress", is_flag=True)
+@DB_OPTION
+@JSON_OPTION
+def demo_command(full: bool, data: str | None, no_progress: bool, db: str | None, as_json: bool) -> None:
+    """Build and serve the embedded CPU ladder, evaluate it and print the comparison."""
+    store = open_store(db)
+    ladder = prepare_ladder(load_ladder(embedded_ladder_path()))
+    data = data or find_gsm8k_data()
+    base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1,
+                   settings=DecodingSettings(max_tokens=DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS))
+    limits = {task: None if full else DEMO_LIMITS[task] for task in TASK_NAMES}
+    plan = LadderPlan(tasks=TASK_NAMES, limits=limits, data=data, base=base)
+    outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json))
+    if not as_json:
+        limits = "full sets" if full else ", ".join(f"{n} {t}" for t, n in DEMO_LIMITS.items())
+        click.echo(f"embedded ladder: {' -> '.join(s.name for s in ladder.steps)} ({limits}, "
+                   f"max_tokens {base.settings.max_tokens})")
+    print_outcomes(store, ladder, outcomes, as_json)
+
+
+def find_gsm8k_data() -> str | None:
+    """A local GSM8K copy beside the checkout (`../shared/data/gsm8k`), if there is one."""
+    here = Path(__file__).resolve()
+    for parent in [Path.cwd(), *Path.cwd().parents, *here.parents]:
+        candidate = parent / "shared" / "data" / "gsm8k"
+        if (candidate / "test.jsonl").is_file():
+            return str(candidate)
+    return None
+
+
+COMMANDS: list[Any] = [ladder_group, demo_command]

@@ -1,0 +1,154 @@
+"""`evalsvc compare`, `report`, `speed` and `decide`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from db.engine import open_store
+from evalsvc.cli import register_errors
+from evalsvc.cli.runs import DB_OPTION, JSON_OPTION
+from evalsvc.compare import DEFAULT_MARGIN, render_comparisons_markdown, render_comparisons_text
+from harness.tasks import TASK_NAMES
+
+register_errors("evalsvc.stats", "PairingError")
+register_errors("evalsvc.timing", "TimingInputError")
+register_errors("evalsvc.speed_run", "SpeedError")
+register_errors("harness.chat_prompts", "ChatPromptError")
+
+MARGIN_OPTION = click.option("--margin", default=DEFAULT_MARGIN * 100, show_default=True, type=click.FloatRange(0, 100),
+                             help="Non-inferiority margin in accuracy points.")
+FORCE_OPTION = click.option("--force", is_flag=True, help="Pair runs even if prompt template or decoding differ.")
+MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a write-up.")
+
+
+@click.command("compare")
+@click.argument("a")
+@click.argument("b")
+@click.option("--task", type=click.Choice(list(TASK_NAMES)), help="Only this task (default: every task both ran).")
+@click.option("--disagreements", is_flag=True, help="Also list the items where exactly one side was right.")
+@MARGIN_OPTION
+@FORCE_OPTION
+@MARKDOWN_OPTION
+@DB_OPTION
+@JSON_OPTION
+def compare_command(a: str, b: str, task: str | None, disagreements: bool, margin: float, force: bool,
+                    markdown: bool, db: str | None, as_json: bool) -> None:
+    """Paired significance of B against A (endpoint names or run ids)."""
+    from evalsvc import reports
+
+    store = open_store(db)
+    comparisons = reports.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), margin / 100, force)
+    if as_json:
+        payload: dict[str, Any] = {"comparisons": [c.to_dict() for c in comparisons]}
+        if disagreements:
+            payload["disagreements"] = {c.task: reports.disagreements(store, c).to_dict("records") for c in comparisons}
+        click.echo(json.dumps(payload, indent=2, default=str))
+        return
+    render = render_comparisons_markdown if markdown else render_comparisons_text
+    click.echo(render(comparisons))
+    if disagreements:
+        for c in comparisons:
+            click.echo(f"\n{c.task}: items where exactly one side was right")
+            click.echo(reports.disagreements(store, c).to_string(index=False))
+
+
+@click.command("report")
+@click.argument("ladder_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--endpoints", help="Comma-separated step names in ladder order (instead of a ladder file).")
+@click.option("--baseline", help="Step every other step is also compared with (default: the first).")
+@MARGIN_OPTION
+@FORCE_OPTION
+@MARKDOWN_OPTION
+@DB_OPTION
+@JSON_OPTION
+def report_command(ladder_file: str | None, endpoints: str | None, baseline: str | None, margin: float, force: bool,
+                   markdown: bool, db: str | None, as_json: bool) -> None:
+    """Every step against the previous one and the baseline, Holm-adjusted, with decisions."""
+    from evalsvc import reports
+    from evalsvc.ladder import load_ladder
+
+    if bool(ladder_file) == bool(endpoints):
+        raise click.UsageError("give either a LADDER_FILE or --endpoints a,b,c")
+    names = [s.name for s in load_ladder(ladder_file).steps] if ladder_file else [
+        n.strip() for n in (endpoints or "").split(",") if n.strip()]
+    if len(names) < 2:
+        raise click.UsageError("a report needs at least two steps")
+    store = open_store(db)
+    report = reports.ladder_report_for(store, names, baseline=baseline, margin=margin / 100, force=force)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        click.echo(report.render_markdown() if markdown else report.render_text())
+
+
+@click.command("speed")
+@click.option("--endpoint", required=True, help="Stored endpoint name (or a new one with --url and --model).")
+@click.option("--workload", default="chat", show_default=True, type=click.Choice(["math", "code", "chat"]))
+@click.option("--n", "n", default=20, show_default=True, type=click.IntRange(min=2), help="Prompts to time.")
+@click.option("--max-tokens", default=512, show_default=True, type=click.IntRange(min=2))
+@click.option("--url", help="Base URL, when the endpoint is not stored yet.")
+@click.option("--model", help="Model id, when the endpoint is not stored yet.")
+@click.option("--data", type=click.Path(), help="Local GSM8K file or folder (math prompts).")
+@click.option("--chat-data", help="Chat prompts: a JSONL file or a datasets name (default: built-in set).")
+@click.option("--tokens-per-second", "tps", type=float, help="Enter a decode speed by hand instead of measuring.")
+@click.option("--ttft", default=0.0, show_default=True, type=float, help="With --tokens-per-second: seconds to first token.")
+@click.option("--source", help="With --tokens-per-second: where the figure comes from.")
+@click.option("--api-key", envvar="EVALSVC_API_KEY")
+@DB_OPTION
+@JSON_OPTION
+def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: str | None, model: str | None,
+                  data: str | None, chat_data: str | None, tps: float | None, ttft: float, source: str | None,
+                  api_key: str | None, db: str | None, as_json: bool) -> None:
+    """Batch-1 streaming speed of an endpoint on one workload (or a figure entered by hand)."""
+    from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand
+    from evalsvc.reports import speed_summary
+
+    store = open_store(db)
+    if tps is not None:
+        run = record_speed_by_hand(store, endpoint, workload, tps, ttft, source or "")
+    else:
+        plan = SpeedPlan(endpoint=endpoint, workload=workload, n=n, max_tokens=max_tokens, data=data,
+                         chat_source=chat_data, url=url, model=model, api_key=api_key)
+        run = measure_speed(store, plan, progress=not as_json)
+    summary = speed_summary(store, run.id)
+    click.echo(json.dumps(summary, indent=2) if as_json else format_speed(summary))
+
+
+def format_speed(s: dict[str, Any]) -> str:
+    if not s["measured"]:
+        return (f"{s['endpoint']} {s['workload']}: {s['decode_tps']:.1f} tok/s entered by hand "
+                f"(source: {s['source']})")
+    lines = [
+        f"{s['endpoint']} {s['workload']}: {s['n_ok']}/{s['n']} requests measured (batch 1, streaming)",
+        f"  decode {s['decode_tps_median']:.1f} tok/s median, {s['decode_tps_mean']:.1f} mean",
+        f"  time to first token {s['ttft_median_s'] * 1000:.0f} ms median; "
+        f"output tokens {s['output_tokens_mean']:.1f} mean",
+    ]
+    if s.get("spec_stats"):
+        lines.append(f"  speculative decoding: average accept length {s['spec_stats']['avg_accept_length']:.2f}")
+    return "\n".join(lines)
+
+
+@click.command("decide")
+@click.argument("a")
+@click.argument("b")
+@MARGIN_OPTION
+@DB_OPTION
+@JSON_OPTION
+def decide_command(a: str, b: str, margin: float, db: str | None, as_json: bool) -> None:
+    """Per workload: take step B, or stop at A, and why."""
+    from evalsvc import reports
+
+    store = open_store(db)
+    comparisons = reports.compare_refs(store, a, b, list(TASK_NAMES), margin / 100)
+    decision = reports.decide_pair(store, a, b, comparisons)
+    if as_json:
+        click.echo(json.dumps(decision.to_dict(), indent=2))
+    else:
+        click.echo(reports.render_decisions([decision]))
+
+
+COMMANDS = [compare_command, report_command, speed_command, decide_command]

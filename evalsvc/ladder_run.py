@@ -1,0 +1,94 @@
+"""Evaluating a whole ladder: for each step, launch it if needed, wait for health,
+evaluate every task, stop it, go on. A step that fails to start is reported and
+the rest continue; a step already evaluated with the same config is not
+launched again."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from db import queries
+from db.engine import Store
+from evalsvc.ladder import Ladder, LadderStep, StepLaunchError, launch_step, resolve_ladder
+from evalsvc.runner import RunSpec, config_hash, dataset_hash, run_evaluation
+from harness.tasks import get_task, pick_template
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    step: str
+    run_ids: tuple[int, ...] = ()
+    reused: tuple[str, ...] = ()  # tasks whose complete run was already stored
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LadderPlan:
+    tasks: tuple[str, ...]
+    limits: dict[str, int | None] = field(default_factory=dict)  # per task; missing means the task's default
+    data: str | None = None
+    base: RunSpec = field(default_factory=lambda: RunSpec(endpoint="", base_url="", model="", task="gsm8k"))
+
+
+def prepare_ladder(ladder: Ladder) -> Ladder:
+    """Fill placeholders, building the embedded engine first when the ladder asks for it."""
+    variables = dict(os.environ)
+    if ladder.setup == "embedded":
+        from evalsvc.embedded import ensure_engine
+
+        variables.update(ensure_engine().placeholders())
+    return resolve_ladder(ladder, variables)
+
+
+def step_spec(step: LadderStep, task: str, plan: LadderPlan) -> RunSpec:
+    """The run for one task on one step; a completions-only step gets the task's completion template."""
+    template = None
+    if step.mode == "completions":
+        task_obj = get_task(task)
+        template = next(t.name for t in task_obj.templates.values() if t.mode == "completions")
+    return replace(
+        plan.base, endpoint=step.name, base_url=step.base_url, model=step.model, task=task, template=template,
+        limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None, metadata=dict(step.metadata),
+    )
+
+
+def stored_complete_run(store: Store, spec: RunSpec) -> int | None:
+    """The id of a complete run with exactly this spec's identity, if one is stored."""
+    task = get_task(spec.task)
+    template = pick_template(task, spec.template)
+    samples = task.load_samples(spec.data, spec.limit)
+    with store.session() as session:
+        return queries.find_complete_run(
+            session, spec.endpoint, spec.task, config_hash(spec.task, template, spec.settings), dataset_hash(samples)
+        )
+
+
+def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True) -> list[StepOutcome]:
+    """Evaluate every step of a resolved ladder in order."""
+    outcomes = []
+    for step in ladder.steps:
+        specs = [step_spec(step, task, plan) for task in plan.tasks]
+        stored = {spec.task: stored_complete_run(store, spec) for spec in specs}
+        todo = [spec for spec in specs if stored[spec.task] is None]
+        reused = tuple(task for task, run_id in stored.items() if run_id is not None)
+        run_ids = [run_id for run_id in stored.values() if run_id is not None]
+        if not todo:
+            log.info("step %s: every task already evaluated with this config", step.name)
+            outcomes.append(StepOutcome(step.name, tuple(run_ids), reused))
+            continue
+        try:
+            with launch_step(step, log_dir=log_dir):
+                for spec in todo:
+                    run_ids.append(run_evaluation(store, spec, progress=progress).run_id)
+        except StepLaunchError as exc:
+            log.error("step %s did not start: %s", step.name, exc)
+            outcomes.append(StepOutcome(step.name, tuple(run_ids), reused, error=str(exc)))
+            continue
+        outcomes.append(StepOutcome(step.name, tuple(run_ids), reused))
+    return outcomes
+

@@ -1,0 +1,536 @@
+"""Paired statistics for comparing two runs item by item.
+
+Pure functions on pandas DataFrames: no I/O, no database, no CLI. Every run is
+an "items frame" with one row per benchmark item (columns listed in
+`ITEM_COLUMNS`). Two runs are compared only on the items both answered without
+error and with identical content (same `item_hash`).
+
+Formulas and their sources (each exists once, here):
+
+- McNemar exact: two-sided binomial test on the discordant pairs,
+  p = min(1, 2 * P(X <= min(b, c))), X ~ Bin(b + c, 1/2).
+- McNemar mid-p (Fagerland, Lydersen & Laake 2013, BMC Med Res Methodol 13:91):
+  the exact p minus P(X = min(b, c)).
+- McNemar chi-square with continuity correction (Edwards 1948):
+  (|b - c| - 1)^2 / (b + c) on 1 df, with |b - c| - 1 floored at 0.
+- Paired difference interval: Newcombe 1998 (Stat Med 17:2631), method 10,
+  a square-and-add of two Wilson intervals with the continuity-corrected
+  correlation phi.
+- Minimum detectable difference: Connor 1987 (Biometrics 43:207) sample-size
+  formula for McNemar's test, solved for the difference.
+- Holm 1979 step-down adjustment; Cochran 1950 Q test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+ITEM_COLUMNS = (
+    "run_id", "endpoint", "task", "item_id", "item_hash", "status", "correct", "extracted", "reference",
+    "completion_tokens", "reasoning_tokens", "prompt_tokens", "finish_reason", "latency_s",
+)
+_REQUIRED_COLUMNS = ("item_id", "item_hash", "status", "correct")
+
+
+class PairingError(ValueError):
+    """Two runs cannot be compared item by item."""
+
+
+class SettingsMismatch(PairingError):
+    """Two runs used a different prompt template, mode or decoding settings."""
+
+    def __init__(self, message: str, differences: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.differences = differences
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a run was: who answered, on which task, with which settings.
+
+    `config_hash` is informational only; pairing compares `template`, `mode`
+    and `decoding` directly so the refusal message can say what differs.
+    """
+
+    run_id: int
+    endpoint: str
+    task: str
+    template: str
+    decoding: Mapping[str, Any] = field(default_factory=dict)
+    mode: str | None = None
+    config_hash: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"run {self.run_id} ({self.endpoint})"
+
+
+@dataclass(frozen=True)
+class DropCounts:
+    """Why items of either run were left out of the pairing.
+
+    Each dropped item is counted once, under the first reason that applies in
+    this order: missing in A, missing in B, error in A, error in B, hash
+    mismatch. An item that failed in both runs is counted as an error in A.
+    """
+
+    missing_in_a: int = 0
+    missing_in_b: int = 0
+    error_in_a: int = 0
+    error_in_b: int = 0
+    hash_mismatch: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.missing_in_a + self.missing_in_b + self.error_in_a + self.error_in_b + self.hash_mismatch
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "missing_in_a": self.missing_in_a, "missing_in_b": self.missing_in_b,
+            "error_in_a": self.error_in_a, "error_in_b": self.error_in_b,
+            "hash_mismatch": self.hash_mismatch,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Paired:
+    """Items both runs answered, one row each, columns suffixed `_a` / `_b`.
+
+    `items` keeps `item_id`, `item_hash` and `reference` unsuffixed.
+    `differences` lists the settings that differ; it is non-empty only when
+    the pairing was forced.
+    """
+
+    a_info: RunInfo
+    b_info: RunInfo
+    items: pd.DataFrame
+    dropped: DropCounts
+    forced: bool = False
+    differences: tuple[str, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+
+class Table2x2(NamedTuple):
+    """Paired correctness counts. `a_only`: A right and B wrong."""
+
+    both_correct: int
+    a_only: int
+    b_only: int
+    neither: int
+
+    @property
+    def n(self) -> int:
+        return self.both_correct + self.a_only + self.b_only + self.neither
+
+    @property
+    def discordant(self) -> int:
+        return self.a_only + self.b_only
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """The three McNemar p-values and the corrected chi-square statistic."""
+
+    p_exact: float
+    p_midp: float
+    p_chi2: float
+    chi2: float
+
+
+@dataclass(frozen=True)
+class DiffInterval:
+    """Paired accuracy difference B - A with its confidence interval."""
+
+    diff: float
+    low: float
+    high: float
+    confidence: float
+
+
+class Verdict(str, Enum):
+    """What a comparison supports. `NO_WORSE` means: no worse than -margin."""
+
+    WORSE = "worse"
+    BETTER = "better"
+    NO_WORSE = "no worse than -margin"
+    INCONCLUSIVE = "inconclusive at this sample size"
+
+
+@dataclass(frozen=True)
+class CochranQ:
+    """Cochran's Q over k steps on the items every step answered."""
+
+    statistic: float
+    df: int
+    p_value: float
+    n_items: int
+
+
+@dataclass(frozen=True)
+class FlipRate:
+    """How often two runs of the same endpoint disagree on correctness."""
+
+    n_paired: int
+    flips: int
+
+    @property
+    def rate(self) -> float:
+        return self.flips / self.n_paired
+
+
+# --- pairing ---------------------------------------------------------------
+
+
+def pair_runs(
+    a_items: pd.DataFrame, b_items: pd.DataFrame, a_info: RunInfo, b_info: RunInfo, force: bool = False
+) -> Paired:
+    """Join two runs on the items both answered, refusing incomparable runs.
+
+    Raises `PairingError` when the runs are on different tasks or no item
+    pairs, and `SettingsMismatch` when template, mode or decoding differ and
+    `force` is false.
+    """
+    if a_info.task != b_info.task:
+        raise PairingError(f"{a_info.label} is on task '{a_info.task}' but {b_info.label} is on '{b_info.task}'")
+    differences = settings_differences(a_info, b_info)
+    if differences and not force:
+        raise SettingsMismatch(_mismatch_message(a_info, b_info, differences), differences)
+    items, dropped = join_items(a_items, b_items)
+    if items.empty:
+        raise PairingError(
+            f"{a_info.label} and {b_info.label} share no error-free item with the same content "
+            f"(dropped: {format_drops(dropped)})"
+        )
+    return Paired(a_info, b_info, items, dropped, forced=bool(differences), differences=differences)
+
+
+def settings_differences(a_info: RunInfo, b_info: RunInfo) -> tuple[str, ...]:
+    """Human-readable list of prompt and decoding settings that differ."""
+    found = []
+    if a_info.template != b_info.template:
+        found.append(f"prompt template ({a_info.template!r} vs {b_info.template!r})")
+    if a_info.mode != b_info.mode:
+        found.append(f"mode ({a_info.mode!r} vs {b_info.mode!r})")
+    for key in sorted(set(a_info.decoding) | set(b_info.decoding)):
+        value_a = a_info.decoding.get(key, "unset")
+        value_b = b_info.decoding.get(key, "unset")
+        if value_a != value_b:
+            found.append(f"decoding {key} ({value_a!r} vs {value_b!r})")
+    return tuple(found)
+
+
+def _mismatch_message(a_info: RunInfo, b_info: RunInfo, differences: tuple[str, ...]) -> str:
+    return (
+        f"{a_info.label} and {b_info.label} differ in {'; '.join(differences)}, so accuracy differences "
+        "would mix the optimization with the settings; use --force to compare them anyway"
+    )
+
+
+def format_drops(dropped: DropCounts) -> str:
+    """Dropped counts in words, e.g. '3 missing in B, 1 error in A'."""
+    labels = {
+        "missing_in_a": "missing in A", "missing_in_b": "missing in B",
+        "error_in_a": "error in A", "error_in_b": "error in B", "hash_mismatch": "changed item content",
+    }
+    parts = [f"{count} {labels[name]}" for name, count in dropped.to_dict().items() if count]
+    return ", ".join(parts) or "none"
+
+
+def join_items(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[pd.DataFrame, DropCounts]:
+    """Inner-join two items frames on `item_id`, keeping error-free items
+    with equal `item_hash`, and count what was dropped and why."""
+    for name, frame in (("A", a_items), ("B", b_items)):
+        _check_items_frame(name, frame)
+    merged = a_items.merge(b_items, on="item_id", how="outer", suffixes=("_a", "_b"), indicator=True)
+    missing_in_a = merged["_merge"] == "right_only"
+    missing_in_b = merged["_merge"] == "left_only"
+    both = merged["_merge"] == "both"
+    error_a = both & (merged["status_a"] != "ok")
+    error_b = both & ~error_a & (merged["status_b"] != "ok")
+    usable = both & ~error_a & ~error_b
+    mismatch = usable & (merged["item_hash_a"] != merged["item_hash_b"])
+    dropped = DropCounts(
+        int(missing_in_a.sum()), int(missing_in_b.sum()), int(error_a.sum()), int(error_b.sum()), int(mismatch.sum())
+    )
+    kept = merged[usable & ~mismatch].drop(columns=["_merge"])
+    return _tidy_joined(kept), dropped
+
+
+def _check_items_frame(name: str, frame: pd.DataFrame) -> None:
+    missing = [column for column in _REQUIRED_COLUMNS if column not in frame.columns]
+    if missing:
+        raise PairingError(f"items frame of run {name} lacks columns: {', '.join(missing)}")
+    duplicated = frame["item_id"][frame["item_id"].duplicated()]
+    if not duplicated.empty:
+        raise PairingError(f"items frame of run {name} has repeated item ids, e.g. {duplicated.iloc[0]!r}")
+
+
+def _tidy_joined(kept: pd.DataFrame) -> pd.DataFrame:
+    tidy = kept.rename(columns={"item_hash_a": "item_hash"}).drop(columns=["item_hash_b"])
+    if "reference_a" in tidy.columns:
+        tidy = tidy.rename(columns={"reference_a": "reference"})
+    tidy["correct_a"] = tidy["correct_a"].astype(bool)
+    tidy["correct_b"] = tidy["correct_b"].astype(bool)
+    return tidy.sort_values("item_id").reset_index(drop=True)
+
+
+# --- the 2x2 table and McNemar ----------------------------------------------
+
+
+def table_2x2(correct_a: Sequence[bool] | pd.Series, correct_b: Sequence[bool] | pd.Series) -> Table2x2:
+    """Count paired outcomes from two aligned boolean vectors."""
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"correctness vectors differ in length: {a.shape} vs {b.shape}")
+    return Table2x2(int(np.sum(a & b)), int(np.sum(a & ~b)), int(np.sum(~a & b)), int(np.sum(~a & ~b)))
+
+
+def paired_table(paired: Paired) -> Table2x2:
+    """The 2x2 table of a pairing."""
+    return table_2x2(paired.items["correct_a"], paired.items["correct_b"])
+
+
+def mcnemar_exact_p(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p; 1.0 when there are no discordant pairs."""
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    return min(1.0, 2.0 * float(sps.binom.cdf(min(a_only, b_only), n, 0.5)))
+
+
+def mcnemar_midp(a_only: int, b_only: int) -> float:
+    """Two-sided mid-p McNemar (Fagerland et al. 2013); 1.0 with no discordance.
+
+    Equals the uncapped exact p minus P(X = min(b, c)); that is exactly 1 when
+    b == c, so no cap is hit in between.
+    """
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    k = min(a_only, b_only)
+    uncapped = 2.0 * float(sps.binom.cdf(k, n, 0.5)) - float(sps.binom.pmf(k, n, 0.5))
+    return min(1.0, uncapped)
+
+
+def mcnemar_chi2(a_only: int, b_only: int) -> tuple[float, float]:
+    """Continuity-corrected McNemar chi-square and its p-value.
+
+    The correction is floored at zero, so b == c gives statistic 0 and p = 1
+    (statsmodels leaves it unfloored and reports 1/(b+c) there).
+    """
+    n = a_only + b_only
+    if n == 0:
+        return 0.0, 1.0
+    statistic = max(abs(a_only - b_only) - 1, 0) ** 2 / n
+    return statistic, float(sps.chi2.sf(statistic, 1))
+
+
+def mcnemar(table: Table2x2) -> McNemar:
+    """All three McNemar p-values for a paired table."""
+    chi2, p_chi2 = mcnemar_chi2(table.a_only, table.b_only)
+    return McNemar(
+        mcnemar_exact_p(table.a_only, table.b_only), mcnemar_midp(table.a_only, table.b_only), p_chi2, chi2
+    )
+
+
+# --- paired difference interval ----------------------------------------------
+
+
+def wilson_interval(successes: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson score interval for a single proportion."""
+    denominator = n + z * z
+    centre = (successes + z * z / 2) / denominator
+    half = z * math.sqrt(successes * (n - successes) / n + z * z / 4) / denominator
+    return centre - half, centre + half
+
+
+def _newcombe_phi(table: Table2x2) -> float:
+    """Correlation between the two marginal proportions, with Newcombe's
+    continuity correction (zero when ad - bc lies in [0, n/2])."""
+    row_b = (table.both_correct + table.b_only, table.a_only + table.neither)
+    col_a = (table.both_correct + table.a_only, table.b_only + table.neither)
+    product = row_b[0] * row_b[1] * col_a[0] * col_a[1]
+    if product == 0:
+        return 0.0
+    cross = table.both_correct * table.neither - table.b_only * table.a_only
+    if cross > table.n / 2:
+        return (cross - table.n / 2) / math.sqrt(product)
+    if cross >= 0:
+        return 0.0
+    return cross / math.sqrt(product)
+
+
+def paired_diff_ci(table: Table2x2, confidence: float = 0.95) -> DiffInterval:
+    """Accuracy of B minus accuracy of A with Newcombe's (1998, method 10)
+    hybrid score interval for paired proportions, truncated to [-1, 1]."""
+    n = table.n
+    if n == 0:
+        raise ValueError("no paired items: the difference is undefined")
+    z = float(sps.norm.ppf(0.5 + confidence / 2))
+    acc_b = (table.both_correct + table.b_only) / n
+    acc_a = (table.both_correct + table.a_only) / n
+    low_b, high_b = wilson_interval(table.both_correct + table.b_only, n, z)
+    low_a, high_a = wilson_interval(table.both_correct + table.a_only, n, z)
+    phi = _newcombe_phi(table)
+    diff = acc_b - acc_a
+    down = _square_and_add(acc_b - low_b, high_a - acc_a, phi)
+    up = _square_and_add(high_b - acc_b, acc_a - low_a, phi)
+    return DiffInterval(diff, max(-1.0, diff - down), min(1.0, diff + up), confidence)
+
+
+def _square_and_add(first: float, second: float, phi: float) -> float:
+    return math.sqrt(max(0.0, first * first - 2 * phi * first * second + second * second))
+
+
+# --- verdict and detectable difference ---------------------------------------
+
+
+def decide_verdict(
+    p_exact: float, diff: float, ci_low: float, margin: float = 0.02, alpha: float = 0.05
+) -> Verdict:
+    """Separate "changed", "no worse than -margin" and "can't tell".
+
+    A significant change (exact McNemar p < alpha) wins; otherwise B is no
+    worse when the interval's lower bound lies above -margin.
+    """
+    if p_exact < alpha and diff < 0:
+        return Verdict.WORSE
+    if p_exact < alpha and diff > 0:
+        return Verdict.BETTER
+    if ci_low > -margin:
+        return Verdict.NO_WORSE
+    return Verdict.INCONCLUSIVE
+
+
+def mde(n: int, discordant_rate: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Smallest paired difference |p_B - p_A| a two-sided McNemar test at
+    `alpha` detects with `power`, given `n` pairs and discordant rate psi.
+
+    Connor (1987) gives n = (z_a sqrt(psi) + z_b sqrt(psi - d^2))^2 / d^2 with
+    z_a = z(1 - alpha/2), z_b = z(power). Solving that quadratic in d:
+    d = sqrt(psi) (z_a sqrt(n) + z_b sqrt(n - z_a^2 + z_b^2)) / (n + z_b^2).
+    A result above psi means no difference is detectable: a change cannot
+    exceed the share of items on which the runs disagree.
+    """
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    if not 0 < discordant_rate <= 1:
+        raise ValueError(f"discordant_rate must be in (0, 1], got {discordant_rate}")
+    z_a = float(sps.norm.ppf(1 - alpha / 2))
+    z_b = float(sps.norm.ppf(power))
+    root = math.sqrt(max(0.0, n - z_a * z_a + z_b * z_b))
+    return math.sqrt(discordant_rate) * (z_a * math.sqrt(n) + z_b * root) / (n + z_b * z_b)
+
+
+# --- across a ladder ---------------------------------------------------------
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values, in the input order."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda index: p_values[index])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def align_steps(items_frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Correctness of the items every run answered without error, with the
+    same content in all runs: index item_id, one boolean column per run."""
+    if not items_frames:
+        raise ValueError("no runs to align")
+    kept = None
+    columns = []
+    for position, frame in enumerate(items_frames):
+        _check_items_frame(str(position), frame)
+        ok = frame.loc[frame["status"] == "ok", ["item_id", "item_hash", "correct"]]
+        ok = ok.rename(columns={"correct": position, "item_hash": f"hash_{position}"})
+        kept = ok if kept is None else kept.merge(ok, on="item_id", how="inner")
+        columns.append(position)
+    hashes = kept[[f"hash_{position}" for position in columns]]
+    same = hashes.eq(hashes.iloc[:, 0], axis=0).all(axis=1)
+    aligned = kept.loc[same].set_index("item_id")[columns].astype(bool)
+    return aligned.sort_index()
+
+
+def cochran_q(correct: pd.DataFrame | np.ndarray) -> CochranQ:
+    """Cochran's Q test that k paired success rates are equal.
+
+    Rows are items, columns steps. Q = (k-1)(k sum C_j^2 - N^2) / (k N - sum R_i^2)
+    on k - 1 df. When every item is answered the same way by all steps the
+    denominator is zero; Q is then 0 and p is 1.
+    """
+    matrix = np.asarray(correct, dtype=float)
+    n_items, k = matrix.shape
+    if k < 2:
+        raise ValueError(f"Cochran's Q needs at least two steps, got {k}")
+    col = matrix.sum(axis=0)
+    row = matrix.sum(axis=1)
+    total = matrix.sum()
+    denominator = k * total - float(np.sum(row * row))
+    if denominator == 0:
+        return CochranQ(0.0, k - 1, 1.0, n_items)
+    statistic = (k - 1) * (k * float(np.sum(col * col)) - total * total) / denominator
+    return CochranQ(statistic, k - 1, float(sps.chi2.sf(statistic, k - 1)), n_items)
+
+
+# --- repeatability -----------------------------------------------------------
+
+
+def flip_rate(run1_items: pd.DataFrame, run2_items: pd.DataFrame) -> FlipRate:
+    """Share of paired items whose correctness differs between two runs of
+    the same endpoint; the noise floor for comparisons of that endpoint."""
+    joined, dropped = join_items(run1_items, run2_items)
+    if joined.empty:
+        raise PairingError(f"the two runs share no error-free item (dropped: {format_drops(dropped)})")
+    flips = int((joined["correct_a"] != joined["correct_b"]).sum())
+    return FlipRate(len(joined), flips)
+
+
+def within_noise_floor(discordant: int, n_paired: int, flip_rate: float, level: float = 0.95) -> bool:
+    """True when `discordant` pairs are no more than run-to-run noise makes.
+
+    If the two sides were the same endpoint, the number of items that flip is
+    about Binomial(n_paired, flip_rate); a comparison is flagged when its
+    discordant count does not exceed that distribution's `level` quantile.
+    """
+    if not 0 <= flip_rate <= 1:
+        raise ValueError(f"flip_rate must be in [0, 1], got {flip_rate}")
+    return discordant <= int(sps.binom.ppf(level, n_paired, flip_rate))
+
+
+# --- disagreements -----------------------------------------------------------
+
+DISAGREEMENT_COLUMNS = (
+    "item_id", "right", "extracted_a", "extracted_b", "reference",
+    "completion_tokens_a", "completion_tokens_b", "reasoning_tokens_a", "reasoning_tokens_b",
+)
+
+
+def list_disagreements(paired: Paired) -> pd.DataFrame:
+    """The items on which exactly one side was right, sorted by item id.
+
+    Columns are `DISAGREEMENT_COLUMNS`; `right` is 'A' or 'B'. A column whose
+    source is absent from the items frames is filled with None.
+    """
+    items = paired.items
+    differs = items[items["correct_a"] != items["correct_b"]].reset_index(drop=True)
+    out = pd.DataFrame({"item_id": differs["item_id"], "right": np.where(differs["correct_a"], "A", "B")})
+    for column in DISAGREEMENT_COLUMNS[2:]:
+        out[column] = differs[column] if column in differs.columns else None
+    return out

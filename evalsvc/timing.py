@@ -1,0 +1,462 @@
+"""Output length, task time and the stop-at-step-N decision. Pure: no I/O.
+
+A faster step can still finish tasks later if it writes more tokens. This
+module puts the two together for a pair of endpoints A (the current step) and
+B (the candidate next step) on one workload:
+
+1. `measure_length_inflation`: per-item output tokens of B against A on paired
+   items from the accuracy runs, on all items and on the both-correct subset.
+2. `compare_task_time`: the B/A ratio of mean task time under `TASK_TIME_MODEL`,
+   with an interval that carries both token and speed uncertainty.
+3. `decide`: take B only when its accuracy is no worse and tasks finish sooner.
+
+Intervals are percentile bootstraps with a fixed seed, so a report is
+reproducible. Items are resampled jointly (the pairing is kept); each
+endpoint's speed samples are resampled independently of the items and of
+each other, because they come from separate speed-probe runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from harness.speed import SpeedSample
+
+TASK_TIME_MODEL = (
+    "task time per item = time to first token + output tokens / decode tokens per second. "
+    "Output tokens are the completion tokens of the accuracy run (reasoning included); time to "
+    "first token and decode speed are the endpoint's batch-1 streaming figures for the workload. "
+    "The mean over items is mean TTFT + mean tokens x mean seconds per token. Queueing, "
+    "concurrent load and tool round trips are not modelled."
+)
+
+_MAX_BOOT_CELLS = 2_000_000  # resampled values held in memory at once
+
+
+class TimingInputError(ValueError):
+    """Inputs to a length or time comparison are unusable (misaligned, too few, empty)."""
+
+
+class UnknownVerdictError(TimingInputError):
+    """An accuracy verdict string this module does not know how to read."""
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class LengthComparison:
+    """B against A output tokens on one set of paired items."""
+
+    n: int
+    mean_a: float
+    mean_b: float
+    ratio_of_means: float
+    ci: tuple[float, float]
+    median_item_ratio: float | None
+    wilcoxon_statistic: float | None
+    wilcoxon_p: float | None
+
+
+@dataclass(frozen=True)
+class LengthInflation:
+    """Output-length change of B over A, on all paired items and on the both-correct ones.
+
+    `n_missing` pairs were left out because either side has no token count
+    (a failed request). Truncations count `finish_reason == "length"` over all
+    pairs given.
+    """
+
+    all_items: LengthComparison
+    both_correct: LengthComparison | None
+    truncated_a: int
+    truncated_b: int
+    n_missing: int
+    confidence: float
+    n_boot: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class EndpointSpeed:
+    """An endpoint's speed on one workload: measured samples, or a figure entered by hand.
+
+    `ttft_s[i]` and `decode_tps[i]` come from the same request. A hand-entered
+    speed (`measured=False`) is one fixed value and is not resampled.
+    """
+
+    ttft_s: tuple[float, ...]
+    decode_tps: tuple[float, ...]
+    source: str
+    measured: bool
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[SpeedSample], source: str = "speed probe") -> EndpointSpeed:
+        """Successful samples that have both a TTFT and a decode speed."""
+        pairs = [
+            (s.ttft_s, s.decode_tps)
+            for s in samples
+            if s.ok and s.ttft_s is not None and s.decode_tps is not None and s.decode_tps > 0
+        ]
+        if len(pairs) < 2:
+            raise TimingInputError(
+                f"need at least 2 successful speed samples from {source!r}, got {len(pairs)} "
+                f"of {len(samples)}; measure again or enter the speed by hand"
+            )
+        ttfts, rates = zip(*pairs)
+        return cls(ttft_s=tuple(ttfts), decode_tps=tuple(rates), source=source, measured=True)
+
+    @classmethod
+    def by_hand(cls, decode_tps: float, source: str, ttft_s: float = 0.0) -> EndpointSpeed:
+        """A fixed speed with its provenance (e.g. a vendor table); no uncertainty is carried."""
+        if decode_tps <= 0 or ttft_s < 0:
+            raise TimingInputError(f"hand-entered speed from {source!r} must be positive: {decode_tps} tok/s")
+        return cls(ttft_s=(float(ttft_s),), decode_tps=(float(decode_tps),), source=source, measured=False)
+
+    @property
+    def mean_ttft_s(self) -> float:
+        return float(np.mean(self.ttft_s))
+
+    @property
+    def seconds_per_token(self) -> float:
+        """Mean of 1/decode speed: what mean task time needs (a harmonic mean of speed)."""
+        return float(np.mean(1.0 / np.asarray(self.decode_tps)))
+
+    @property
+    def effective_tps(self) -> float:
+        return 1.0 / self.seconds_per_token
+
+    def describe(self) -> str:
+        if self.measured:
+            return f"{self.effective_tps:.0f} tok/s measured over {len(self.decode_tps)} requests ({self.source})"
+        return f"{self.effective_tps:.0f} tok/s entered by hand ({self.source}), fixed: no speed uncertainty"
+
+
+@dataclass(frozen=True)
+class TaskTimeChange:
+    """B/A ratio of mean task time under `model`, with a bootstrap interval."""
+
+    n_items: int
+    mean_time_a_s: float
+    mean_time_b_s: float
+    ratio: float
+    ci: tuple[float, float]
+    token_ratio: float
+    speed_ratio: float
+    speed_a: str
+    speed_b: str
+    confidence: float
+    fixed_speeds: tuple[str, ...] = ()  # sides ("A", "B") whose speed was entered by hand
+    model: str = TASK_TIME_MODEL
+
+    @property
+    def sooner_pct(self) -> float:
+        """Percent less time B takes per task (negative when B is slower)."""
+        return (1.0 - self.ratio) * 100.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether to take step B on one workload, and why."""
+
+    workload: str
+    take_b: bool
+    reason: str
+    accuracy_verdict: str
+    accuracy_ok: bool
+    finishes_sooner: bool
+    time_ratio: float
+    time_ci: tuple[float, float]
+    token_ratio: float
+    token_ratio_both_correct: float | None
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _as_floats(values: Any) -> np.ndarray:
+    """Token counts as floats; None or NA (a failed request) becomes NaN."""
+    if isinstance(values, pd.Series):
+        return values.to_numpy(dtype=float, na_value=np.nan)
+    return np.asarray(values, dtype=float)
+
+
+def _as_bools(values: Any) -> np.ndarray:
+    if isinstance(values, pd.Series):
+        return values.fillna(False).to_numpy(dtype=bool)
+    return np.asarray(values, dtype=bool)
+
+
+def _aligned(named: dict[str, Any]) -> None:
+    """Raise unless all inputs have one length and Series among them share an index."""
+    lengths = {name: len(v) for name, v in named.items() if v is not None}
+    if len(set(lengths.values())) > 1:
+        raise TimingInputError(f"paired inputs differ in length: {lengths}")
+    indexes = [(name, v.index) for name, v in named.items() if isinstance(v, pd.Series)]
+    for name, index in indexes[1:]:
+        if not index.equals(indexes[0][1]):
+            raise TimingInputError(f"{name!r} is not aligned with {indexes[0][0]!r}: their indexes differ")
+
+
+def _truncations(finish: Any) -> int:
+    if finish is None:
+        return 0
+    return int(sum(1 for f in finish if f == "length"))
+
+
+# ---------------------------------------------------------------- bootstrap
+
+
+def _index_chunks(rng: np.random.Generator, n: int, n_boot: int) -> Iterator[np.ndarray]:
+    """Bootstrap index matrices of shape (k, n), k*n bounded so memory stays small."""
+    per_chunk = max(1, _MAX_BOOT_CELLS // max(n, 1))
+    done = 0
+    while done < n_boot:
+        k = min(per_chunk, n_boot - done)
+        yield rng.integers(0, n, size=(k, n))
+        done += k
+
+
+def _resampled_means(rng: np.random.Generator, columns: Sequence[np.ndarray], n_boot: int) -> list[np.ndarray]:
+    """Bootstrap means of each column, resampling rows jointly (pairing kept)."""
+    n = len(columns[0])
+    parts: list[list[np.ndarray]] = [[] for _ in columns]
+    for idx in _index_chunks(rng, n, n_boot):
+        for part, column in zip(parts, columns):
+            part.append(column[idx].mean(axis=1))
+    return [np.concatenate(p) for p in parts]
+
+
+def _percentile_ci(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def paired_ratio_of_means_ci(
+    a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval for mean(b)/mean(a), resampling items jointly."""
+    rng = np.random.default_rng(seed)
+    mean_a, mean_b = _resampled_means(rng, [a, b], n_boot)
+    return _percentile_ci(mean_b / mean_a, confidence)
+
+
+# ---------------------------------------------------------------- length
+
+
+def _wilcoxon(diff: np.ndarray) -> tuple[float | None, float | None]:
+    """Two-sided Wilcoxon signed-rank test on B-A; zero differences are dropped.
+
+    The method is chosen here rather than by scipy's "auto", which varies by
+    version and can fall back to a slow permutation test: the exact null
+    distribution for up to 50 non-zero differences without ties, otherwise
+    the normal approximation with scipy's tie correction.
+    """
+    if diff.size < 2:
+        return None, None
+    nonzero = diff[diff != 0]
+    if nonzero.size == 0:
+        return 0.0, 1.0
+    magnitudes = np.abs(nonzero)
+    exact = nonzero.size <= 50 and np.unique(magnitudes).size == magnitudes.size and nonzero.size == diff.size
+    result = stats.wilcoxon(diff, zero_method="wilcox", method="exact" if exact else "approx")
+    return float(result.statistic), float(result.pvalue)
+
+
+def _compare_lengths(
+    a: np.ndarray, b: np.ndarray, n_boot: int, seed: int, confidence: float, label: str
+) -> LengthComparison:
+    if a.size < 2:
+        raise TimingInputError(f"need at least 2 paired items with token counts for {label}, got {a.size}")
+    if a.sum() <= 0:
+        raise TimingInputError(f"endpoint A wrote no tokens at all on {label}; a length ratio is undefined")
+    positive = a > 0
+    item_ratios = b[positive] / a[positive]
+    statistic, p_value = _wilcoxon(b - a)
+    return LengthComparison(
+        n=int(a.size),
+        mean_a=float(a.mean()),
+        mean_b=float(b.mean()),
+        ratio_of_means=float(b.mean() / a.mean()),
+        ci=paired_ratio_of_means_ci(a, b, n_boot, seed, confidence),
+        median_item_ratio=float(np.median(item_ratios)) if item_ratios.size else None,
+        wilcoxon_statistic=statistic,
+        wilcoxon_p=p_value,
+    )
+
+
+def measure_length_inflation(
+    tokens_a: Any,
+    tokens_b: Any,
+    correct_a: Any,
+    correct_b: Any,
+    finish_a: Any = None,
+    finish_b: Any = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> LengthInflation:
+    """Output-length change of B over A on paired items.
+
+    Inputs are aligned per item (arrays, lists or Series with one index):
+    output tokens (completion tokens, reasoning included; NaN/None for a
+    failed request), whether each side was correct, and optional finish
+    reasons. Reports the ratio of means with a paired bootstrap interval, the
+    median per-item ratio (items where A wrote tokens), and a Wilcoxon
+    signed-rank test on B-A, on all items and on the both-correct subset so
+    that failures writing long garbage do not drive the figure.
+    """
+    inputs = {"tokens_a": tokens_a, "tokens_b": tokens_b, "correct_a": correct_a, "correct_b": correct_b}
+    _aligned({**inputs, "finish_a": finish_a, "finish_b": finish_b})
+    a, b = _as_floats(tokens_a), _as_floats(tokens_b)
+    ok_a, ok_b = _as_bools(correct_a), _as_bools(correct_b)
+    present = ~(np.isnan(a) | np.isnan(b))
+    both = present & ok_a & ok_b
+    all_items = _compare_lengths(a[present], b[present], n_boot, seed, confidence, "all items")
+    both_correct = (
+        _compare_lengths(a[both], b[both], n_boot, seed, confidence, "both-correct items")
+        if both.sum() >= 2 and a[both].sum() > 0
+        else None
+    )
+    return LengthInflation(
+        all_items=all_items,
+        both_correct=both_correct,
+        truncated_a=_truncations(finish_a),
+        truncated_b=_truncations(finish_b),
+        n_missing=int((~present).sum()),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+# ---------------------------------------------------------------- task time
+
+
+def _speed_draws(rng: np.random.Generator, speed: EndpointSpeed, n_boot: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap draws of (mean TTFT, mean seconds per token); constant when entered by hand."""
+    ttft = np.asarray(speed.ttft_s, dtype=float)
+    spt = 1.0 / np.asarray(speed.decode_tps, dtype=float)
+    if not speed.measured:
+        return np.full(n_boot, ttft.mean()), np.full(n_boot, spt.mean())
+    mean_ttft, mean_spt = _resampled_means(rng, [ttft, spt], n_boot)
+    return mean_ttft, mean_spt
+
+
+def _mean_task_time(mean_tokens: Any, mean_ttft: Any, mean_spt: Any) -> Any:
+    """Mean over items of TTFT + tokens / speed; works on scalars and bootstrap arrays."""
+    return mean_ttft + mean_tokens * mean_spt
+
+
+def compare_task_time(
+    tokens_a: Any,
+    tokens_b: Any,
+    speed_a: EndpointSpeed,
+    speed_b: EndpointSpeed,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> TaskTimeChange:
+    """B/A ratio of mean task time under `TASK_TIME_MODEL`, with a bootstrap interval.
+
+    Each bootstrap replicate resamples the paired items jointly and, for each
+    measured endpoint independently, its speed-probe requests (TTFT and speed
+    of one request stay together). A hand-entered speed is held fixed, so the
+    interval then carries only the token uncertainty on that side.
+    """
+    _aligned({"tokens_a": tokens_a, "tokens_b": tokens_b})
+    a, b = _as_floats(tokens_a), _as_floats(tokens_b)
+    present = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[present], b[present]
+    if a.size < 2:
+        raise TimingInputError(f"need at least 2 paired items with token counts, got {a.size}")
+    rng = np.random.default_rng(seed)
+    boot_a, boot_b = _resampled_means(rng, [a, b], n_boot)
+    ttft_a, spt_a = _speed_draws(rng, speed_a, n_boot)
+    ttft_b, spt_b = _speed_draws(rng, speed_b, n_boot)
+    draws = _mean_task_time(boot_b, ttft_b, spt_b) / _mean_task_time(boot_a, ttft_a, spt_a)
+    time_a = _mean_task_time(a.mean(), speed_a.mean_ttft_s, speed_a.seconds_per_token)
+    time_b = _mean_task_time(b.mean(), speed_b.mean_ttft_s, speed_b.seconds_per_token)
+    return TaskTimeChange(
+        n_items=int(a.size),
+        mean_time_a_s=float(time_a),
+        mean_time_b_s=float(time_b),
+        ratio=float(time_b / time_a),
+        ci=_percentile_ci(draws, confidence),
+        token_ratio=float(b.mean() / a.mean()),
+        speed_ratio=speed_b.effective_tps / speed_a.effective_tps,
+        speed_a=speed_a.describe(),
+        speed_b=speed_b.describe(),
+        confidence=confidence,
+        fixed_speeds=tuple(side for side, speed in (("A", speed_a), ("B", speed_b)) if not speed.measured),
+    )
+
+
+# ---------------------------------------------------------------- decision
+
+
+def accuracy_is_ok(verdict: str) -> bool:
+    """True for 'better' and 'no worse than -X points'; False for 'worse' and 'inconclusive ...'."""
+    text = verdict.strip().lower()
+    if text == "better" or text.startswith("no worse"):
+        return True
+    if text == "worse" or text.startswith("inconclusive"):
+        return False
+    raise UnknownVerdictError(
+        f"unknown accuracy verdict {verdict!r}; expected 'better', 'no worse than -X points', "
+        "'worse' or 'inconclusive at this sample size'"
+    )
+
+
+def _time_clause(time: TaskTimeChange) -> str:
+    low, high = time.ci
+    pct = round(time.confidence * 100)
+    clause = (
+        f"B decodes {time.speed_ratio:.2f}x as fast and writes {time.token_ratio:.2f}x the tokens, "
+        f"so task time B/A is {time.ratio:.3f} ({pct}% CI {low:.3f}-{high:.3f})"
+    )
+    if time.fixed_speeds:
+        clause += f" (speed of {' and '.join(time.fixed_speeds)} entered by hand, held fixed)"
+    return clause
+
+
+def decide(workload: str, accuracy_verdict: str, length: LengthInflation, time: TaskTimeChange) -> Decision:
+    """Take step B on `workload` only if accuracy is no worse AND tasks finish sooner.
+
+    "Sooner" is conservative: the upper end of the task-time ratio interval
+    must be below 1, so a point estimate under 1 with an interval reaching 1
+    stops at A. Otherwise the reason names each condition that failed.
+    """
+    accuracy_ok = accuracy_is_ok(accuracy_verdict)
+    sooner = time.ci[1] < 1.0
+    clause = _time_clause(time)
+    if accuracy_ok and sooner:
+        sooner_text = f"tasks finish {time.sooner_pct:.0f}% sooner"
+        reason = f"take B for {workload}: accuracy {accuracy_verdict}; {sooner_text}: {clause}"
+    else:
+        failed = []
+        if not accuracy_ok:
+            failed.append(f"accuracy is {accuracy_verdict}")
+        if not sooner:
+            failed.append(f"tasks do not finish sooner: {clause}")
+        reason = f"stop at A for {workload}: " + "; ".join(failed)
+    both = length.both_correct
+    return Decision(
+        workload=workload,
+        take_b=accuracy_ok and sooner,
+        reason=reason,
+        accuracy_verdict=accuracy_verdict,
+        accuracy_ok=accuracy_ok,
+        finishes_sooner=sooner,
+        time_ratio=time.ratio,
+        time_ci=time.ci,
+        token_ratio=length.all_items.ratio_of_means,
+        token_ratio_both_correct=both.ratio_of_means if both else None,
+    )

@@ -1,0 +1,1100 @@
+"""Run untrusted solution code against trusted tests, isolated from the host.
+
+Why the tests never run next to the solution
+--------------------------------------------
+A program built as "solution + tests + check(entry_point)" and run in one
+interpreter can always fake a pass: whatever the test driver does to report
+success, code that ran before it can do too (exit early with status 0, patch
+`check`, find a secret in its own memory, or return an object whose `__eq__`
+says yes to everything). So every program runs as two processes inside one
+sandbox:
+
+* the **candidate**, forked from the checker before any test text is read: it
+  executes the untrusted solution and then only answers calls, receiving
+  arguments and sending back return values over pipes;
+* the **checker**, forked per program from the worker: it executes the trusted context (the
+  prompt's helpers) and the test, and calls `check()` with a proxy for the
+  entry point. The proxy decodes return values with a strict decoder that can
+  only build plain data: `None`, `bool`, `int`, `float`, `str` and `list`,
+  `tuple`, `dict`, `set`, `frozenset` of those. An object that "equals
+  everything" cannot cross the pipe; a subclass of `int` arrives as its plain
+  value; anything else is a `bad_return`.
+
+A pass is counted only when `check()` returned normally in the checker, the
+candidate was called at least once, and the verdict that comes back carries
+the per-run nonce. The test and the nonce are sent to the checker only after
+it has forked the candidate, and the candidate closes its standard input and
+every other inherited descriptor first thing, so no solution code ever sees
+the nonce or the tests, or holds a channel the verdict travels on. A
+candidate that kills its checker gets `sandbox_error`, never a pass.
+
+Isolation, in order of strength
+-------------------------------
+``bwrap`` (Linux, when bubblewrap is installed and works): new user, PID,
+network, IPC and UTS namespaces, all capabilities dropped, the whole file
+system read-only, a private tmpfs `/tmp` as working directory, a fresh
+`/proc` and `/dev`, a cleared environment. The worker is PID 1 of its
+namespace, so the candidate cannot signal it, and it makes itself (and so
+the checkers it forks) non-dumpable, so the candidate cannot read their
+memory or reopen their pipes through `/proc`. After each program the worker
+kills every other process in the namespace, and when a worker exits the
+kernel does the same, so daemonised children cannot outlive the run.
+
+``process`` (fallback, logged as a warning): the same two-process design and
+resource limits, a fresh temporary working directory and a new session that
+is killed as a whole, but the rest of the file system is writable, sockets
+are refused only by an audit hook (which `ctypes` or a child process can
+bypass), and a process that calls `setsid()` can outlive the run. Use it only
+for trusted models or when namespaces are unavailable.
+
+Limits in both modes: `RLIMIT_CPU` (spin loops), `RLIMIT_AS` (memory bombs),
+`RLIMIT_FSIZE` (output floods), no core files, plus a wall-clock deadline.
+A wall timeout on a program that did use CPU (it was starved, not sleeping)
+is retried once with twice the deadline, so a loaded machine does not turn
+slow-but-correct programs into failures. In `process` mode a candidate
+started as root drops to `nobody` (and gets an `RLIMIT_NPROC`).
+
+Speed: a pool of pre-forked workers
+-----------------------------------
+Starting bwrap and an interpreter costs more than most HumanEval tests take
+to run, so each pool slot (one per CPU) keeps a worker sandbox alive and forks
+a fresh checker for every program. Between programs the worker, as PID 1 of
+its namespace, kills every other process in it (`kill(-1)`) and empties
+`/tmp` and `/dev/shm`; any anomaly (no verdict, a cleanup failure, a missed
+deadline) retires the worker and a new one is started. Workers never hold
+test text or nonces: those go straight to the checker after it forked the
+candidate. In `process` mode a worker runs one program and is discarded.
+
+The driver is assembled from the codec, `_frame_*`, `_candidate_*` and
+`_driver_*` definitions below; they use only the standard library and the
+constants in `_DRIVER_CONSTANTS`, because they run in a bare `python -I -S`
+inside the sandbox. It is compiled once per harness process and sent to each
+worker on its stdin.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import builtins
+import functools
+import hmac
+import inspect
+import logging
+import marshal
+import math
+import os
+import queue
+import resource
+import secrets
+import select
+import shutil
+import signal
+import site
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Literal, NoReturn
+
+logger = logging.getLogger(__name__)
+
+Isolation = Literal["bwrap", "process"]
+
+OUTCOMES = (
+    "passed",  # check() returned, the candidate was called, the nonce matched
+    "failed",  # an assertion in the test failed
+    "error",  # the solution raised (while loading or when called)
+    "syntax_error",
+    "timeout",  # CPU limit or wall deadline
+    "killed_memory",  # MemoryError or killed at the memory limit
+    "exited",  # the candidate process ended early (exit, os._exit, signal)
+    "bad_return",  # a return value that is not plain data
+    "sandbox_error",  # no valid verdict came back (driver killed, bwrap broken)
+)
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_OUTPUT_FILE_BYTES = 8 * 1024 * 1024
+OUTPUT_TAIL_CHARS = 2000
+OUTPUT_FILE = "solution_output.txt"
+PR_SET_DUMPABLE = 4
+NOBODY = 65534
+NPROC_FALLBACK = 64
+SIGKILL = int(signal.SIGKILL)
+SIGXCPU = int(signal.SIGXCPU)
+SIGNAL_NAMES = {int(sig): sig.name for sig in signal.Signals}
+SOCKET_EVENTS = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg")
+# Wall slack the harness allows on top of the driver's own deadline before it
+# kills the whole sandbox: interpreter start-up on a loaded machine.
+HARNESS_SLACK_S = 10.0
+
+
+class SandboxError(Exception):
+    """The sandbox itself does not work (as opposed to a program failing in it)."""
+
+
+class _CandidateGone(BaseException):
+    """The candidate process died or timed out mid-test; a BaseException so
+    that a test's `except Exception` cannot swallow it."""
+
+
+class CandidateError(Exception):
+    """The solution raised `type_name` when called by the test."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+
+class _BadReturn(Exception):
+    """A value that is not plain data crossed (or tried to cross) the pipe."""
+
+
+# -- value codec: plain data only -------------------------------------------
+# A small binary format rather than JSON: it keeps tuple/list/set apart and
+# non-string dict keys intact, and it needs no import (json pulls in `re`,
+# which would double the driver's start-up time). Each value is a one-byte
+# tag, then a 4-byte length or count where needed.
+
+_LENGTH = struct.Struct(">I")
+_FLOAT = struct.Struct(">d")
+_CONTAINER_TAGS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"z"}
+_CONTAINER_TYPES = {b"l": list, b"t": tuple, b"S": set, b"z": frozenset}
+_MAX_DEPTH = 64
+
+
+def _codec_plain(value: Any) -> Any:
+    """`value` coerced to a plain built-in type (candidate side, a courtesy:
+    the checker's decoder is what enforces plainness)."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, list, tuple, dict, set, frozenset):
+        return value
+    if kind.__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    for base in (bool, int, float, str, dict, list, tuple, frozenset, set):
+        if isinstance(value, base):
+            return base(value)
+    raise _BadReturn(f"returned a {kind.__module__}.{kind.__qualname__}, not plain data")
+
+
+def _codec_encode(value: Any, out: list[bytes], depth: int) -> None:
+    """Append the encoding of `value` to `out`."""
+    if depth > _MAX_DEPTH:
+        raise _BadReturn("value nested deeper than the codec allows")
+    value = _codec_plain(value)
+    kind = type(value)
+    if value is None or kind is bool:
+        out.append(b"N" if value is None else b"T" if value else b"F")
+    elif kind is int:
+        raw = value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)
+        out.append(b"i" + _LENGTH.pack(len(raw)) + raw)
+    elif kind is float:
+        out.append(b"f" + _FLOAT.pack(value))
+    elif kind is str:
+        raw = value.encode("utf-8", "surrogatepass")
+        out.append(b"u" + _LENGTH.pack(len(raw)) + raw)
+    elif kind is dict:
+        out.append(b"d" + _LENGTH.pack(len(value)))
+        for key, item in value.items():
+            _codec_encode(key, out, depth + 1)
+            _codec_encode(item, out, depth + 1)
+    else:
+        out.append(_CONTAINER_TAGS[kind] + _LENGTH.pack(len(value)))
+        for item in value:
+            _codec_encode(item, out, depth + 1)
+
+
+def _codec_decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
+    """The value encoded at `data[pos:]` and the position after it."""
+    if depth > _MAX_DEPTH:
+        raise _BadReturn("value nested deeper than the codec allows")
+    tag = data[pos : pos + 1]
+    pos += 1
+    if tag in (b"N", b"T", b"F"):
+        return {b"N": None, b"T": True, b"F": False}[tag], pos
+    if tag == b"f":
+        return _FLOAT.unpack_from(data, pos)[0], pos + _FLOAT.size
+    (size,) = _LENGTH.unpack_from(data, pos)
+    pos += _LENGTH.size
+    if size > len(data) - pos:
+        raise _BadReturn("truncated value on the wire")
+    if tag == b"i":
+        return int.from_bytes(data[pos : pos + size], "big", signed=True), pos + size
+    if tag == b"u":
+        return data[pos : pos + size].decode("utf-8", "surrogatepass"), pos + size
+    if tag not in _CONTAINER_TYPES and tag != b"d":
+        raise _BadReturn(f"unknown type tag {tag!r} on the wire")
+    items = []
+    for _ in range(size * 2 if tag == b"d" else size):
+        item, pos = _codec_decode(data, pos, depth + 1)
+        items.append(item)
+    if tag == b"d":
+        return dict(zip(items[::2], items[1::2])), pos
+    return _CONTAINER_TYPES[tag](items), pos
+
+
+def _codec_dumps(value: Any) -> bytes:
+    out: list[bytes] = []
+    _codec_encode(value, out, 0)
+    return b"".join(out)
+
+
+def _codec_loads(data: bytes) -> Any:
+    """The plain value in `data`; raises `_BadReturn` on anything malformed."""
+    try:
+        value, pos = _codec_decode(data, 0, 0)
+    except (struct.error, UnicodeDecodeError, TypeError) as exc:  # TypeError: unhashable key or member
+        raise _BadReturn(f"malformed value on the wire: {exc}") from None
+    if pos != len(data):
+        raise _BadReturn("trailing bytes after a value on the wire")
+    return value
+
+
+# -- framing ---------------------------------------------------------------
+
+
+def _frame_pack(payload: dict[str, Any]) -> bytes:
+    """Length-prefixed encoded payload."""
+    body = _codec_dumps(payload)
+    return _LENGTH.pack(len(body)) + body
+
+
+def _frame_read_exact(fd: int, size: int, deadline: float | None) -> bytes:
+    """Up to `size` bytes from `fd` (fewer only at EOF); TimeoutError past `deadline`."""
+    chunks, remaining = [], size
+    while remaining:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"no data within the deadline ({remaining} bytes pending)")
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _frame_read(fd: int, deadline: float | None = None) -> dict[str, Any] | None:
+    """One frame from `fd`, or None on EOF. Reads no byte past the frame, so
+    data queued behind it stays in the pipe."""
+    header = _frame_read_exact(fd, _LENGTH.size, deadline)
+    if len(header) < _LENGTH.size:
+        return None
+    (size,) = _LENGTH.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise _BadReturn(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    body = _frame_read_exact(fd, size, deadline)
+    if len(body) != size:
+        return None
+    payload = _codec_loads(body)
+    if type(payload) is not dict:
+        raise _BadReturn("frame is not a mapping")
+    return payload
+
+
+def _frame_write(fd: int, payload: dict[str, Any]) -> None:
+    _write_all(fd, _frame_pack(payload))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# -- candidate: runs the untrusted solution (inside the sandbox) -----------
+
+
+def _candidate_isolate(job: dict[str, Any], keep: tuple[int, ...], output_fd: int) -> None:
+    """Own session, no stdin, output to the capture file, no other fds, limits."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    highest = max(keep)
+    os.closerange(3, min(keep))
+    for fd in range(min(keep) + 1, highest):
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    os.closerange(highest + 1, 65536)
+    cpu = max(1, math.ceil(job["cpu_s"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (job["memory_mb"] << 20, job["memory_mb"] << 20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILE_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if job["isolation"] != "bwrap":
+        _candidate_drop_root()
+        sys.addaudithook(_candidate_refuse_sockets)
+    # The driver starts with -S (site processing costs more than the rest of
+    # start-up); solutions still see the harness's installed packages.
+    sys.path.extend(job["site_dirs"])
+
+
+def _candidate_drop_root() -> None:
+    """Without a user namespace, root would keep every capability: it could
+    read the checker's memory and write anywhere. Become `nobody` instead,
+    which also makes RLIMIT_NPROC bite on fork bombs."""
+    if os.getuid() != 0:
+        return
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_FALLBACK, NPROC_FALLBACK))
+
+
+def _candidate_refuse_sockets(event: str, args: tuple[Any, ...]) -> None:
+    if event in SOCKET_EVENTS:
+        raise PermissionError(f"network access is disabled in the sandbox ({event})")
+
+
+def _candidate_describe(exc: BaseException) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)[:500]}
+
+
+def _candidate_flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _candidate_answer(function: Callable[..., Any], request: dict[str, Any]) -> bytes:
+    """Call the entry point with the request's arguments; the packed reply frame."""
+    try:
+        value = function(*request["args"], **request["kwargs"])
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt included: reported, not obeyed
+        return _frame_pack({"raised": _candidate_describe(exc)})
+    try:
+        reply = _frame_pack({"value": value})
+    except (_BadReturn, RecursionError, OverflowError) as exc:
+        return _frame_pack({"bad_return": str(exc)[:500]})
+    if len(reply) > MAX_FRAME_BYTES:
+        return _frame_pack({"bad_return": f"return value of {len(reply)} bytes is too large"})
+    return reply
+
+
+def _candidate_main(job: dict[str, Any], request_fd: int, reply_fd: int, output_fd: int) -> NoReturn:
+    """Load the solution, then answer calls until the checker stops asking."""
+    _candidate_isolate(job, (request_fd, reply_fd), output_fd)
+    namespace: dict[str, Any] = {"__name__": "__solution__", "__builtins__": builtins}
+    try:
+        exec(compile(job["solution"], "<solution>", "exec"), namespace)
+        function = namespace.get(job["entry_point"])
+        if not callable(function):
+            raise NameError(f"the solution defines no function {job['entry_point']!r}")
+        ready: dict[str, Any] = {"ready": True}
+    except BaseException as exc:
+        ready = {"load_error": _candidate_describe(exc)}
+    _candidate_flush()
+    _frame_write(reply_fd, ready)
+    while "ready" in ready:
+        request = _frame_read(request_fd)
+        if request is None:
+            break
+        reply = _candidate_answer(function, request)
+        _candidate_flush()
+        _write_all(reply_fd, reply)
+    os._exit(0)
+
+
+# -- checker: runs the trusted test (inside the sandbox) --------------------
+
+
+class _CandidateProxy:
+    """Stands in for the entry point in the test: forwards each call to the
+    candidate process and decodes the plain-data reply."""
+
+    def __init__(self, request_fd: int, reply_fd: int, deadline: float) -> None:
+        self.request_fd, self.reply_fd, self.deadline = request_fd, reply_fd, deadline
+        self.calls = 0
+        self.gone: dict[str, str] | None = None
+        self.bad_return: str | None = None
+
+    def receive(self) -> dict[str, Any]:
+        try:
+            reply = _frame_read(self.reply_fd, self.deadline)
+        except TimeoutError:
+            self.gone = {"outcome": "timeout", "message": "wall-clock deadline passed"}
+            raise _CandidateGone(self.gone["message"]) from None
+        except (_BadReturn, OSError) as exc:
+            self.bad_return = f"unreadable reply: {exc}"
+            raise _CandidateGone(self.bad_return) from None
+        if reply is None:
+            self.gone = {"outcome": "exited", "message": "the solution process ended before the test finished"}
+            raise _CandidateGone(self.gone["message"])
+        return reply
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        try:
+            _frame_write(self.request_fd, {"args": args, "kwargs": kwargs})
+        except OSError:
+            self.gone = {"outcome": "exited", "message": "the solution process ended before the test finished"}
+            raise _CandidateGone(self.gone["message"]) from None
+        reply = self.receive()
+        if "raised" in reply:
+            raise CandidateError(str(reply["raised"]["type"]), str(reply["raised"]["message"]))
+        if "bad_return" in reply:
+            self.bad_return = str(reply["bad_return"])
+            raise _CandidateGone(self.bad_return)
+        if "value" not in reply:
+            self.bad_return = "reply without a value"
+            raise _CandidateGone(self.bad_return)
+        return reply["value"]
+
+
+def _driver_harden() -> bool:
+    """Make this process non-dumpable so the candidate cannot read its memory
+    or reopen its file descriptors through /proc."""
+    # Raw _ctypes: importing the ctypes package would add ~10 ms to every run.
+    try:
+        import _ctypes
+
+        class CInt(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class CFunction(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = CInt
+
+        class Libc:
+            _handle = _ctypes.dlopen(None)
+
+        prctl = CFunction(("prctl", Libc()))
+        return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+def _driver_failed_assert(exc: BaseException, test: str) -> str:
+    """The test line whose assertion failed, for the stored reason."""
+    lines, found = test.splitlines(), ""
+    tb = exc.__traceback__
+    while tb is not None:  # walked by hand: `traceback` costs an import per run
+        if tb.tb_frame.f_code.co_filename == "<test>" and 0 < tb.tb_lineno <= len(lines):
+            found = lines[tb.tb_lineno - 1].strip()[:300]
+        tb = tb.tb_next
+    return found
+
+
+def _driver_outcome(error_type: str) -> str:
+    """The outcome for an exception the solution raised."""
+    if error_type in ("SyntaxError", "IndentationError", "TabError"):
+        return "syntax_error"
+    if error_type == "MemoryError":
+        return "killed_memory"
+    return "exited" if error_type == "SystemExit" else "error"
+
+
+def _driver_run_test(proxy: _CandidateProxy, ready: dict[str, Any], trusted: dict[str, Any]) -> dict[str, Any]:
+    """Execute the context and the test, call check(); the verdict fields."""
+    if "load_error" in ready:
+        error = ready["load_error"]
+        return {"outcome": _driver_outcome(error["type"]), "error_type": error["type"], "message": error["message"]}
+    namespace: dict[str, Any] = {"__name__": "__test__"}
+    exec(compile(trusted["context"], "<context>", "exec"), namespace)
+    exec(compile(trusted["test"], "<test>", "exec"), namespace)
+    # Tests may call the entry point by name (HumanEval/33 does) as well as
+    # through `candidate`; both must reach the solution, never the prompt's stub.
+    namespace[trusted["entry_point"]] = proxy
+    try:
+        namespace["check"](proxy)
+    except _CandidateGone as exc:
+        if proxy.bad_return is not None:
+            return {"outcome": "bad_return", "error_type": "BadReturn", "message": proxy.bad_return}
+        gone = proxy.gone or {"outcome": "exited", "message": str(exc)}
+        return {"outcome": gone["outcome"], "error_type": None, "message": gone["message"]}
+    except CandidateError as exc:
+        return {"outcome": _driver_outcome(exc.type_name), "error_type": exc.type_name, "message": exc.message}
+    except AssertionError as exc:
+        message = str(exc) or _driver_failed_assert(exc, trusted["test"])
+        return {"outcome": "failed", "error_type": "AssertionError", "message": message}
+    except Exception as exc:  # the test itself tripped over a returned value
+        return {"outcome": "failed", "error_type": type(exc).__name__, "message": str(exc)[:500]}
+    if proxy.calls == 0:
+        return {"outcome": "failed", "error_type": None, "message": "the test never called the solution"}
+    return {"outcome": "passed", "error_type": None, "message": ""}
+
+
+def _driver_reap(pid: int, verdict: dict[str, Any], cpu_limit: float) -> dict[str, Any]:
+    """Kill the candidate's group, collect its CPU time, refine the outcome."""
+    try:
+        os.killpg(pid, SIGKILL)
+    except OSError:
+        pass
+    _, status, usage = os.wait4(pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    verdict["cpu_s"] = round(cpu, 3)
+    if verdict["outcome"] == "exited":
+        signum = -os.waitstatus_to_exitcode(status) if os.WIFSIGNALED(status) else 0
+        if signum == SIGXCPU or (signum == SIGKILL and cpu >= cpu_limit - 0.05):
+            verdict.update(outcome="timeout", message=f"CPU limit of {cpu_limit:g} s reached")
+        elif signum:
+            verdict["message"] += f" (killed by signal {SIGNAL_NAMES.get(signum, signum)})"
+        else:
+            verdict["message"] += f" (exit status {os.waitstatus_to_exitcode(status)})"
+    return verdict
+
+
+def _driver_output_tail() -> str:
+    try:
+        with open(OUTPUT_FILE, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 4 * OUTPUT_TAIL_CHARS))
+            return handle.read().decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def _driver_check(job: dict[str, Any], verdict_fd: int) -> NoReturn:
+    """One program: fork the candidate, announce it, only then read the
+    trusted part (test and nonce), run the test, write the verdict."""
+    started = time.monotonic()
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    output_fd = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    pid = os.fork()
+    if pid == 0:
+        _candidate_main(job, request_r, reply_w, output_fd)
+    for fd in (request_r, reply_w, output_fd):
+        os.close(fd)
+    _frame_write(verdict_fd, {"forked": True})
+    trusted = _frame_read(0)
+    proxy = _CandidateProxy(request_w, reply_r, started + job["wall_s"])
+    try:
+        verdict = _driver_run_test(proxy, proxy.receive(), trusted)
+    except _CandidateGone:
+        gone = proxy.gone or {"outcome": "bad_return", "message": proxy.bad_return}
+        verdict = {"outcome": gone["outcome"], "error_type": None, "message": gone["message"]}
+    verdict = _driver_reap(pid, verdict, max(1, math.ceil(job["cpu_s"])))
+    verdict.update(nonce=trusted["nonce"], output=_driver_output_tail())
+    _frame_write(verdict_fd, verdict)
+    os._exit(0)
+
+
+def _driver_clean(own_namespace: bool) -> bool:
+    """Leave nothing behind for the next program: every other process in the
+    namespace killed (only when this process is its PID 1: `kill(-1)`
+    anywhere else would hit the whole host), the working directory emptied."""
+    if own_namespace:
+        try:
+            os.kill(-1, SIGKILL)
+        except ProcessLookupError:  # nothing left to kill
+            pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    emptied = _driver_empty(".")
+    if own_namespace and os.path.isdir("/dev/shm"):
+        emptied = _driver_empty("/dev/shm") and emptied
+    return emptied
+
+
+def _driver_empty(folder: str) -> bool:
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                _driver_empty(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            return False
+    return True
+
+
+def _driver_main() -> None:
+    """The pre-forked worker: one program per job frame, each in a fresh
+    fork, until stdin closes."""
+    hardened = _driver_harden()
+    own_namespace = os.getpid() == 1
+    # PID 1 only receives signals it handles; Python's SIGINT handler would
+    # let a solution interrupt the worker.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    verdict_fd = os.dup(1)
+    os.dup2(2, 1)  # stray prints from a test must not corrupt the verdict channel
+    while True:
+        job = _frame_read(0)
+        if job is None:
+            break
+        pid = os.fork()
+        if pid == 0:
+            _driver_check(job, verdict_fd)
+        _, status = os.waitpid(pid, 0)
+        clean = _driver_clean(own_namespace)
+        _frame_write(verdict_fd, {"done": True, "clean": clean, "hardened": hardened, "status": status})
+    os._exit(0)
+
+
+_DRIVER_CONSTANTS = (
+    "MAX_FRAME_BYTES",
+    "MAX_OUTPUT_FILE_BYTES",
+    "OUTPUT_TAIL_CHARS",
+    "OUTPUT_FILE",
+    "PR_SET_DUMPABLE",
+    "NOBODY",
+    "NPROC_FALLBACK",
+    "SIGKILL",
+    "SIGXCPU",
+    "SIGNAL_NAMES",
+    "SOCKET_EVENTS",
+    "_LENGTH",
+    "_FLOAT",
+    "_CONTAINER_TAGS",
+    "_CONTAINER_TYPES",
+    "_MAX_DEPTH",
+)
+_DRIVER_DEFINITIONS = (
+    _BadReturn,
+    _CandidateGone,
+    CandidateError,
+    _codec_plain,
+    _codec_encode,
+    _codec_decode,
+    _codec_dumps,
+    _codec_loads,
+    _frame_pack,
+    _frame_read_exact,
+    _frame_read,
+    _frame_write,
+    _write_all,
+    _candidate_isolate,
+    _candidate_drop_root,
+    _candidate_refuse_sockets,
+    _candidate_describe,
+    _candidate_flush,
+    _candidate_answer,
+    _candidate_main,
+    _CandidateProxy,
+    _driver_harden,
+    _driver_failed_assert,
+    _driver_outcome,
+    _driver_run_test,
+    _driver_reap,
+    _driver_output_tail,
+    _driver_check,
+    _driver_clean,
+    _driver_empty,
+    _driver_main,
+)
+# Cheap modules only: every import here is paid once per program run.
+_DRIVER_MODULES = ("builtins", "math", "os", "resource", "select", "signal", "struct", "sys", "time")
+
+
+@functools.lru_cache(maxsize=1)
+def driver_source() -> str:
+    """Source of the standalone driver script run inside each sandbox: the
+    definitions above, copied verbatim, so there is one copy of each."""
+    header = ["from __future__ import annotations", f"import {', '.join(_DRIVER_MODULES)}"]
+    header += [_constant_source(name) for name in _DRIVER_CONSTANTS]
+    parts = [inspect.getsource(obj) for obj in _DRIVER_DEFINITIONS]
+    return "\n".join(header) + "\n\n\n" + "\n\n".join(parts) + "\n\n_driver_main()\n"
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_code() -> bytes:
+    """The driver compiled once per harness process and marshalled; each
+    sandbox receives it first on its stdin (compiling it there took longer
+    than starting the interpreter)."""
+    return marshal.dumps(compile(driver_source(), "<sandbox-driver>", "exec"))
+
+
+# Runs the marshalled driver that precedes the job on stdin.
+_BOOTSTRAP = (
+    "import marshal, os\n"
+    "def read(n):\n"
+    "    data = b''\n"
+    "    while len(data) < n:\n"
+    "        chunk = os.read(0, n - len(data))\n"
+    "        if not chunk: raise SystemExit('sandbox driver: stdin closed early')\n"
+    "        data += chunk\n"
+    "    return data\n"
+    "exec(marshal.loads(read(int.from_bytes(read(4), 'big'))))\n"
+)
+
+
+def _constant_source(name: str) -> str:
+    """`name = ...` for a module constant: its repr when that is a literal,
+    else its assignment as written in this file."""
+    value = globals()[name]
+    try:
+        if ast.literal_eval(repr(value)) == value:
+            return f"{name} = {value!r}"
+    except (ValueError, SyntaxError):
+        pass
+    module = ast.parse(inspect.getsource(sys.modules[__name__]))
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.unparse(node)
+    raise SandboxError(f"driver constant {name!r} has no literal value or assignment")
+
+
+# -- harness side ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Program:
+    """One solution and the trusted test to run it against.
+
+    `solution` is untrusted and runs in the candidate process; `context` (for
+    HumanEval, the prompt, whose helper functions some tests call) and `test`
+    (defining `check(candidate)`) are trusted and run in the checker.
+    """
+
+    solution: str
+    test: str
+    entry_point: str
+    context: str = ""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How one program ended. `outcome` is one of `OUTCOMES`."""
+
+    outcome: str
+    error_type: str | None = None
+    message: str = ""
+    output: str = ""
+    wall_s: float = 0.0
+    cpu_s: float | None = None
+    isolation: str = "bwrap"
+    attempts: int = 1
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-program limits. `timeout_s` is CPU seconds; the wall deadline is
+    `wall_factor` times that plus one second, generous on purpose."""
+
+    timeout_s: float = 3.0
+    memory_mb: int = 1024
+    wall_factor: float = 3.0
+
+    @property
+    def wall_s(self) -> float:
+        return self.timeout_s * self.wall_factor + 1.0
+
+
+def _bwrap_command(python: str) -> list[str]:
+    """bubblewrap running the driver with `python`; everything read-only but a private /tmp."""
+    return [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--as-pid-1",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind", "/", "/",
+        "--tmpfs", "/tmp",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--clearenv",
+        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+        "--setenv", "HOME", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        "--chdir", "/tmp",
+        python, "-I", "-S", "-c", _BOOTSTRAP,
+    ]  # fmt: skip
+
+
+_warned_fallback = threading.Event()
+
+
+def default_isolation() -> Isolation:
+    """`bwrap` when bubblewrap works here, else `process` with a warning (once)."""
+    if _bwrap_works():
+        return "bwrap"
+    if not _warned_fallback.is_set():
+        _warned_fallback.set()
+        logger.warning(
+            "bubblewrap is missing or cannot create namespaces here; running programs with the weaker "
+            "'process' isolation (no file-system or network isolation). Install bubblewrap for untrusted models."
+        )
+    return "process"
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_works() -> bool:
+    if shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(_bwrap_command("/bin/true")[:-4], capture_output=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        logger.info("bwrap probe failed: %s", probe.stderr.decode("utf-8", "replace").strip()[:300])
+    return probe.returncode == 0
+
+
+@functools.lru_cache(maxsize=1)
+def _site_dirs() -> list[str]:
+    return [path for path in site.getsitepackages() if os.path.isdir(path)]
+
+
+class _Worker:
+    """One pre-forked driver: a bwrap sandbox (or, in `process` mode, a plain
+    process in its own session and temporary folder) that runs programs one
+    at a time. Any anomaly retires it; a fresh one takes its place."""
+
+    def __init__(self, isolation: Isolation) -> None:
+        self.isolation = isolation
+        self.workdir = tempfile.mkdtemp(prefix="evalsvc-sandbox-") if isolation == "process" else None
+        command = (
+            _bwrap_command(sys.executable) if isolation == "bwrap" else [sys.executable, "-I", "-S", "-c", _BOOTSTRAP]
+        )
+        self.stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            cwd=self.workdir, start_new_session=True,
+        )  # fmt: skip
+        code = _driver_code()
+        self._send(len(code).to_bytes(4, "big") + code)
+        # Without its own PID namespace a worker cannot clean up after a
+        # program, so it runs exactly one.
+        self.reusable = isolation == "bwrap"
+        self.started = False  # whether the current job reached the driver
+
+    def _send(self, data: bytes) -> None:
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        frame = _frame_read(self.process.stdout.fileno(), deadline)
+        if frame is None:
+            raise EOFError("the sandbox closed its verdict channel")
+        return frame
+
+    def run(self, job: dict[str, Any], trusted: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+        """The verdict for one program, or None when none came back in time
+        (the worker is then retired)."""
+        verdict = None
+        try:
+            self._send(_frame_pack(job))
+            self.started = "forked" in self._receive(deadline)
+            if self.started:
+                self._send(_frame_pack(trusted))
+                verdict = self._receive(deadline)
+            done = verdict if "done" in verdict else self._receive(deadline)
+            if "done" in verdict:
+                verdict = None
+            self.reusable = self.reusable and verdict is not None and bool(done.get("clean"))
+            if self.isolation == "bwrap" and not done.get("hardened"):
+                logger.warning("sandbox driver could not make itself non-dumpable; /proc isolation is weaker")
+        except (TimeoutError, EOFError, OSError, _BadReturn, TypeError) as exc:
+            logger.debug("sandbox worker retired: %s", exc)
+            self.reusable = False
+        return verdict
+
+    def stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode("utf-8", "replace").strip()[-OUTPUT_TAIL_CHARS:]
+
+    def close(self) -> None:
+        """Kill the worker's whole session and remove its files."""
+        _kill_session(self.process.pid)
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.process.wait()
+        self.stderr.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class _WorkerPool:
+    """At most `size` workers busy at once; idle ones are kept for reuse."""
+
+    def __init__(self, isolation: Isolation, size: int) -> None:
+        self.isolation = isolation
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def run(self, job: dict[str, Any], trusted: dict[str, Any], wall_s: float) -> tuple[dict[str, Any] | None, str]:
+        with self._slots:
+            worker, reused = self._take()
+            deadline = time.monotonic() + wall_s + HARNESS_SLACK_S
+            verdict = worker.run(job, trusted, deadline)
+            if verdict is None and reused and not worker.started:
+                # An idle worker that died before taking the job says nothing
+                # about the program; give it a fresh one.
+                worker.close()
+                worker, _ = _spawner.call(lambda: _Worker(self.isolation)), False
+                verdict = worker.run(job, trusted, deadline)
+            reason = "" if verdict is not None else worker.stderr_tail()
+            if worker.reusable:
+                with self._lock:
+                    self._idle.append(worker)
+            else:
+                worker.close()
+            return verdict, reason
+
+    def _take(self) -> tuple[_Worker, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return _spawner.call(lambda: _Worker(self.isolation)), False
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+
+class _Spawner:
+    """Starts workers from one long-lived thread. bwrap's --die-with-parent
+    (PR_SET_PDEATHSIG) fires when the *thread* that started it exits, so a
+    worker started from a short-lived pool thread would die with that thread."""
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, function: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="sandbox-spawner", daemon=True)
+                self._thread.start()
+        future: Future[Any] = Future()
+        self._requests.put((function, future))
+        return future.result()
+
+    def _serve(self) -> None:
+        while True:
+            function, future = self._requests.get()
+            try:
+                future.set_result(function())
+            except BaseException as exc:  # handed to the caller's thread
+                future.set_exception(exc)
+
+
+_spawner = _Spawner()
+_pools: dict[Isolation, _WorkerPool] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(isolation: Isolation) -> _WorkerPool:
+    with _pools_lock:
+        if isolation not in _pools:
+            _pools[isolation] = _WorkerPool(isolation, os.cpu_count() or 1)
+        return _pools[isolation]
+
+
+@atexit.register
+def close_workers() -> None:
+    """Stop every idle pre-forked worker (they also die with the harness)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+    for pool in pools:
+        pool.close()
+
+
+def run_program(program: Program, limits: Limits | None = None, isolation: Isolation | None = None) -> ExecResult:
+    """Run one program isolated; retried once after a wall timeout in which it
+    used CPU (starved by a loaded machine rather than asleep)."""
+    limits = limits or Limits()
+    isolation = isolation or default_isolation()
+    result = _run_once(program, limits, isolation)
+    if _starved(result, limits):
+        logger.info("wall timeout after %.2f s CPU; retrying with a longer deadline", result.cpu_s or 0.0)
+        retry = _run_once(program, replace(limits, wall_factor=limits.wall_factor * 2), isolation)
+        result = replace(retry, attempts=2)
+    return result
+
+
+def run_many(
+    programs: Iterable[Program],
+    workers: int | None = None,
+    limits: Limits | None = None,
+    isolation: Isolation | None = None,
+) -> list[ExecResult]:
+    """Run programs in parallel, results in input order. At most
+    `os.cpu_count()` sandboxes run at once per harness process, whatever
+    `workers` says, so concurrent scorers cannot overload the CPU."""
+    programs = list(programs)
+    isolation = isolation or default_isolation()
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda p: run_program(p, limits, isolation), programs))
+
+
+def _starved(result: ExecResult, limits: Limits) -> bool:
+    if result.outcome != "timeout" or result.cpu_s is None:
+        return False
+    return 0.05 * result.wall_s <= result.cpu_s < limits.timeout_s * 0.9
+
+
+def _run_once(program: Program, limits: Limits, isolation: Isolation) -> ExecResult:
+    nonce = secrets.token_hex(16)
+    job = {
+        "solution": program.solution,
+        "entry_point": program.entry_point,
+        "cpu_s": limits.timeout_s,
+        "memory_mb": limits.memory_mb,
+        "wall_s": limits.wall_s,
+        "isolation": isolation,
+        "site_dirs": _site_dirs(),
+    }
+    trusted = {"context": program.context, "test": program.test, "entry_point": program.entry_point, "nonce": nonce}
+    started = time.monotonic()
+    verdict, reason = _pool(isolation).run(job, trusted, limits.wall_s)
+    wall = round(time.monotonic() - started, 3)
+    return _to_result(verdict, reason, nonce, wall, isolation)
+
+
+def _kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _to_result(
+    verdict: dict[str, Any] | None, reason: str, nonce: str, wall: float, isolation: Isolation
+) -> ExecResult:
+    """The driver's verdict, trusted only when its nonce matches."""
+    if verdict is None or not hmac.compare_digest(str(verdict.get("nonce", "")), nonce):
+        if verdict is None and wall >= 0:
+            message = "no verdict from the sandbox (driver killed or deadline missed)"
+        else:
+            message = "verdict with a wrong nonce"
+        return ExecResult("sandbox_error", None, f"{message}: {reason}".rstrip(": "), "", wall, None, isolation)
+    return ExecResult(
+        outcome=str(verdict["outcome"]),
+        error_type=verdict.get("error_type"),
+        message=str(verdict.get("message", "")),
+        output=str(verdict.get("output", "")),
+        wall_s=wall,
+        cpu_s=verdict.get("cpu_s"),
+        isolation=isolation,
+    )
+
+
+def check_sandbox(isolation: Isolation | None = None) -> None:
+    """Raise `SandboxError` unless a trivially correct program passes, so a
+    broken sandbox fails loudly instead of scoring every item as failed."""
+    program = Program("def f(x):\n    return x + 1\n", "def check(candidate):\n    assert candidate(1) == 2\n", "f")
+    result = run_program(program, Limits(timeout_s=5.0), isolation)
+    if not result.passed:
+        raise SandboxError(
+            f"the {result.isolation} sandbox cannot run a trivially correct program: {result.outcome}: {result.message}"
+        )

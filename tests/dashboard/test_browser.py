@@ -1,0 +1,244 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright.
+
+A Streamlit server is started on a seeded store and on an empty one; the tests
+click through every page, look for the figures a person would read, and save
+screenshots under tests/artifacts/dashboard/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.dashboard import seed
+
+pytest.importorskip("playwright.sync_api", reason="playwright is needed for the browser tests (pip install playwright)")
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+CHROMIUM = os.environ.get("EVALSVC_CHROMIUM", "/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "dashboard" / "app.py"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "dashboard"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+]
+VIEWPORT = {"width": 1500, "height": 2200}
+START_TIMEOUT_S = 120
+expect.set_options(timeout=30_000)
+RENDER_TIMEOUT_MS = 90_000
+
+pytestmark = pytest.mark.skipif(
+    not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists(),
+    reason=f"no Chromium at {CHROMIUM} (apt-get install chromium, or set EVALSVC_CHROMIUM)",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The app on `db` in its own process group; returns it once /_stcore/health answers ok."""
+    port = free_port()
+    argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+            "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none", "--", "--db", db]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base}/_stcore/health", timeout=2).text == "ok":
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    stop(proc)
+    raise RuntimeError(f"streamlit did not answer in {START_TIMEOUT_S} s: {log_path.read_text()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="module")
+def seeded_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("browser_seeded")
+    seed.seed_store(str(folder / "ladder.db")).dispose()
+    proc, base = start_streamlit(str(folder / "ladder.db"), folder / "streamlit.log")
+    yield base
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def empty_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("browser_empty")
+    proc, base = start_streamlit(str(folder / "empty.db"), folder / "streamlit.log")
+    yield base
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture()
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORT)
+    tab = context.new_page()
+    yield tab
+    context.close()
+
+
+def wait_rendered(page: Page) -> None:
+    """Until the script has finished, the socket is up and no placeholder skeleton is left."""
+    page.wait_for_function(
+        """() => {
+            const app = document.querySelector('[data-testid="stApp"]');
+            return app && app.getAttribute('data-test-script-state') === 'notRunning'
+                && app.getAttribute('data-test-connection-state') === 'CONNECTED'
+                && !document.querySelector('[data-testid="stSkeleton"]');
+        }""",
+        timeout=RENDER_TIMEOUT_MS,
+    )
+
+
+def open_page(page: Page, title: str) -> None:
+    """After a click or goto: wait for the page's own title, then for its script to finish.
+
+    Waiting for the title first keeps the previous page's finished state from
+    passing for the new page's.
+    """
+    expect(page.locator("h1").first).to_have_text(title, timeout=RENDER_TIMEOUT_MS)
+    wait_rendered(page)
+
+
+def main_text(page: Page) -> str:
+    """The main area's text, one line per line of text (blank lines between elements removed)."""
+    return re.sub(r"\n\s*\n+", "\n", page.locator('[data-testid="stMain"]').inner_text())
+
+
+def shoot(page: Page, artifacts: Path, name: str) -> None:
+    page.screenshot(path=str(artifacts / f"{name}.png"))
+
+
+# --- the seeded store ------------------------------------------------------------------------
+
+
+def test_from_which_step_to_ship_to_the_evidence(page: Page, seeded_app: str, artifacts: Path) -> None:
+    page.goto(seeded_app)
+    open_page(page, "Ladder")
+    expect(page.get_by_text("code (humaneval): ship bf16")).to_be_visible()
+    expect(page.get_by_text("math (gsm8k): ship int4-spec")).to_be_visible()
+    shoot(page, artifacts, "01_ladder")
+    # Click 1: the stop decision's evidence link.
+    page.get_by_role("link", name="Disagreements: int4-spec-kernel vs int4-spec").first.click()
+    open_page(page, "Disagreements")
+    expect(page).to_have_url(re.compile(r"/disagreements\?.*a=int4-spec.*b=int4-spec-kernel"))
+    text = main_text(page)
+    assert "only A right (int4-spec)\n20" in text and "only B right (int4-spec-kernel)\n0" in text
+    # The first disagreement is open side by side, with the kernel's HTML shown as text.
+    expect(page.get_by_text("Item gsm8k/test/0300")).to_be_visible()
+    expect(page.get_by_text(seed.HTML_TEXT).first).to_be_visible()
+    assert page.locator('[data-testid="stMain"] b', has_text="bold").count() == 0
+    assert page.locator('[data-testid="stMain"] script').count() == 0
+    shoot(page, artifacts, "02_disagreements")
+    # Click 2: the same pair's significance.
+    page.goto(seeded_app)
+    open_page(page, "Ladder")
+    page.get_by_role("link", name="Significance: int4-spec-kernel vs int4-spec").first.click()
+    open_page(page, "Significance")
+    expect(page.get_by_text("Verdict: worse")).to_be_visible()
+    shoot(page, artifacts, "03_significance")
+
+
+def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Path) -> None:
+    page.goto(seeded_app)
+    open_page(page, "Ladder")
+    ladder = main_text(page)
+    for figure in ("80.0%", "75.2%", "61.0%", "59.8%", "174.5", "183.5"):
+        assert figure in ladder, figure
+    expected = {
+        "Disagreements": ("only A right (bf16)\n2", "Item gsm8k/test/0318"),
+        "Significance": ("Cochran's Q (gsm8k, 4 steps, 399 items", "no worse than -2.0 pts", "Noise floor"),
+        "Length and time": ("task time B/A\n0.584", "Step N or N+1, per workload", "stop at int4-spec"),
+        "Evaluate an endpoint": ("Start evaluation", "No evaluation started here yet."),
+    }
+    for index, (title, figures) in enumerate(expected.items(), start=4):
+        page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+        open_page(page, title)
+        text = main_text(page)
+        for figure in figures:
+            assert figure in text, (title, figure)
+        shoot(page, artifacts, f"{index:02d}_{title.lower().replace(' ', '_')}")
+
+
+def test_length_page_for_the_worked_example(page: Page, seeded_app: str, artifacts: Path) -> None:
+    page.goto(f"{seeded_app}/length_time?task=humaneval&a=bf16&b=int4")
+    open_page(page, "Length and time")
+    text = main_text(page)
+    assert f"task time B/A\n{(242 / 252) / (200 / 226):.3f}" in text
+    assert "output tokens B/A\n1.21x" in text
+    assert page.locator('[data-testid="stVegaLiteChart"], [data-testid="stArrowVegaLiteChart"]').count() >= 1
+    shoot(page, artifacts, "08_length_time_worked_example")
+
+
+def test_picking_a_pair_in_the_selectboxes(page: Page, seeded_app: str) -> None:
+    page.goto(f"{seeded_app}/significance")
+    open_page(page, "Significance")
+    page.get_by_role("combobox", name="Step B (candidate)").click()
+    page.get_by_role("option", name="int4-spec-kernel").click()
+    wait_rendered(page)
+    expect(page.get_by_text("Verdict: worse")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"b=int4-spec-kernel"))
+
+
+# --- the empty store -------------------------------------------------------------------------
+
+
+def test_empty_store_shows_how_to_start(page: Page, empty_app: str, artifacts: Path) -> None:
+    pages = {"": "Ladder", "/disagreements": "Disagreements", "/significance": "Significance",
+             "/length_time": "Length and time"}
+    for path, title in pages.items():
+        page.goto(empty_app + path)
+        open_page(page, title)
+        text = main_text(page)
+        assert "No runs in this store yet" in text, path
+        assert "evalsvc run --endpoint" in text and "evalsvc demo" in text, path
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+    shoot(page, artifacts, "09_empty_store")
+    page.goto(empty_app + "/evaluate")
+    open_page(page, "Evaluate an endpoint")
+    expect(page.get_by_role("button", name="Start evaluation")).to_be_visible()
+    shoot(page, artifacts, "10_empty_evaluate")

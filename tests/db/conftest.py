@@ -1,0 +1,75 @@
+"""Store fixtures: every store test runs on a fresh SQLite file, and on PostgreSQL too.
+
+PostgreSQL is selected by `EVALSVC_TEST_PG` (a SQLAlchemy URL; default the
+role and database `.ci/setup` creates). Locally, an unreachable server skips
+the PostgreSQL cases with the reason shown by `-ra`; in CI (`CI=true`) it fails
+them, so a broken database setup can never pass as green.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from db.engine import Store, open_store
+
+PG_ENV = "EVALSVC_TEST_PG"
+DEFAULT_PG_URL = "postgresql+psycopg2://evalsvc:evalsvc@127.0.0.1:5432/evalsvc_test"
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+def pg_url() -> str:
+    return os.environ.get(PG_ENV) or DEFAULT_PG_URL
+
+
+def pg_problem(url: str) -> str | None:
+    """Why the PostgreSQL server at `url` cannot be used, or None when it answers."""
+    try:
+        engine = create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+    except Exception as exc:  # any driver or network failure means "not available"
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return None
+
+
+def require_pg() -> str:
+    """The PostgreSQL URL, wiped to an empty public schema; skip (or fail in CI) when unreachable."""
+    url = pg_url()
+    problem = pg_problem(url)
+    if problem is not None:
+        message = f"PostgreSQL at {url.split('@')[-1]} ({PG_ENV}) is not reachable: {problem}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message + "; CI must run the PostgreSQL store tests (.ci/setup starts the server)")
+        pytest.skip(message)
+    reset_pg(url)
+    return url
+
+
+def reset_pg(url: str) -> None:
+    """Drop everything the previous test left, so each test starts from an empty database."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store URL: a new SQLite file, or a wiped PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return require_pg()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    opened = open_store(store_url)
+    yield opened
+    opened.dispose()

@@ -1,0 +1,92 @@
+"""Several runs writing one SQLite file at once, each its own process, with a reader polling.
+
+The writers start together on a file that does not exist yet, so they also
+race to create and migrate it. The reader reads as the dashboard does
+(`open_store`, `summarize_runs`, `items_frame`) the whole time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import GSM8K_TEST, ROOT, wrong_when
+from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
+
+WRITERS = 3
+LIMIT = 120
+READER = r"""
+import json, sys, time
+from pathlib import Path
+from db import queries
+from db.engine import open_store
+
+db, stop = sys.argv[1], Path(sys.argv[2])
+polls, errors, history = 0, [], {}
+while not Path(db).exists():
+    time.sleep(0.01)
+store = open_store(db)
+while not stop.exists():
+    try:
+        with store.session() as session:
+            for summary in queries.summarize_runs(session):
+                frame = queries.items_frame(session, summary.run_id)
+                history.setdefault(summary.endpoint, []).append((summary.n, len(frame)))
+        polls += 1
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+    time.sleep(0.02)
+print(json.dumps({"polls": polls, "errors": errors, "history": history}))
+"""
+
+
+def writer(server: FakeOpenAI, db: str, name: str) -> subprocess.Popen[str]:
+    args = ["run", "--endpoint", name, "--url", server.base_url, "--model", "fake-model", "--data", GSM8K_TEST,
+            "--db", db, "--no-progress", "--limit", str(LIMIT), "--concurrency", "8", "--json"]
+    return subprocess.Popen([sys.executable, "-m", "evalsvc.cli", *args], env=_env(), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_concurrent_runs_and_a_reader_share_one_sqlite_file(tmp_path: Path) -> None:
+    db, stop = str(tmp_path / "shared.db"), tmp_path / "stop"
+    reader = subprocess.Popen([sys.executable, "-c", READER, db, str(stop)], env=_env(), cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.005) as server:
+        procs = {f"w{i}": writer(server, db, f"w{i}") for i in range(WRITERS)}
+        outputs = {name: proc.communicate(timeout=300) for name, proc in procs.items()}
+    time.sleep(0.2)  # let the reader see the finished state at least once
+    stop.touch()
+    read_out, read_err = reader.communicate(timeout=60)
+
+    for name, (out, err) in outputs.items():
+        assert "locked" not in err, f"{name}: {err}"
+        assert procs[name].returncode == 0, f"{name}: {err}"
+        (run,) = json.loads(out)["runs"]
+        assert (run["endpoint"], run["status"], run["n"], run["errors"]) == (name, "complete", LIMIT, 0)
+        assert run["correct"] == sum(not wrong_when(q) for q in list(gsm8k_answers())[:LIMIT])
+    with sqlite3.connect(db) as conn:
+        per_run = conn.execute("select run_id, count(*), count(distinct item_id) from items group by run_id").fetchall()
+        assert conn.execute("select count(*) from alembic_version").fetchone()[0] == 1
+    assert sorted(per_run) == [(i, LIMIT, LIMIT) for i in range(1, WRITERS + 1)]
+
+    assert reader.returncode == 0, read_err
+    seen = json.loads(read_out)
+    assert seen["errors"] == [] and seen["polls"] > 10
+    assert sorted(seen["history"]) == [f"w{i}" for i in range(WRITERS)]
+    for name, points in seen["history"].items():
+        counts = [n for n, _ in points]
+        # items_frame reads after summarize_runs, so it may see more rows, never fewer.
+        assert all(rows >= n for n, rows in points), f"{name}: items vanished between two reads: {points}"
+        assert counts == sorted(counts), f"{name}: the reader saw rows disappear: {counts}"
+        assert counts[-1] == LIMIT
+    partial = [n for points in seen["history"].values() for n, _ in points if 0 < n < LIMIT]
+    assert partial, "the reader never saw a run in progress, so it did not read while they wrote"

@@ -1,0 +1,184 @@
+"""The store on SQLite and PostgreSQL: migrations, constraints, round trips, hostile text."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import insert, inspect, select, text
+from sqlalchemy.exc import IntegrityError
+
+from db import queries
+from db.engine import Store, open_store
+from db.models import Base, Item, Run
+from harness.types import Completion, ItemResult, Request, Sample
+
+VERSIONS = Path(__file__).resolve().parents[2] / "db" / "migrations" / "versions"
+SQL_NAMES = [
+    "step'; DROP TABLE items; --",
+    'robert"); DELETE FROM runs WHERE (1=1',
+    "%s %(name)s :param ? $1 \\x00 \\' --",
+]
+RUN_FIELDS = {"task": "gsm8k", "template": "t@v1", "mode": "chat", "decoding": {"temperature": 0.0},
+              "config_hash": "c" * 16, "dataset_hash": "d" * 16, "n_items": 3}
+
+
+def make_run(store: Store, endpoint: str = "step1") -> int:
+    with store.session() as session:
+        ep = queries.upsert_endpoint(session, endpoint, "http://127.0.0.1:1/v1", "m", {"models": ["m"]}, {})
+        run, _ = queries.open_run(session, ep, dict(RUN_FIELDS), new_repeat=False)
+        session.commit()
+        return run.id
+
+
+def sample(item_id: str = "gsm8k/test/0000", prompt: str = "What is 2+2?", reference: str = "4") -> Sample:
+    return Sample(task="gsm8k", item_id=item_id, item_hash="h" * 16, prompt=prompt, reference=reference)
+
+
+def save(store: Store, run_id: int, s: Sample, completion: Completion, result: ItemResult | None) -> None:
+    request = Request(mode="chat", messages=({"role": "user", "content": s.prompt},))
+    with store.session() as session:
+        queries.save_item(session, run_id, s, request, completion, result)
+
+
+def latest_revision() -> str:
+    """The revision no other migration file names as its parent, read from the files themselves."""
+    revisions, parents = set(), set()
+    for path in VERSIONS.glob("*.py"):
+        source = path.read_text()
+        revisions.add(source.split("\nrevision = ")[1].split("\n")[0].strip("'\""))
+        parents.add(source.split("\ndown_revision = ")[1].split("\n")[0].strip("'\""))
+    (head,) = revisions - parents
+    return head
+
+
+def all_models() -> set[str]:
+    """Every table some db module declares (importing each registers it on Base.metadata)."""
+    import db
+
+    for module in pkgutil.iter_modules(db.__path__):
+        importlib.import_module(f"db.{module.name}")
+    return set(Base.metadata.tables)
+
+
+def test_migrations_build_exactly_the_models_on_an_empty_store(store: Store) -> None:
+    models = all_models()
+    with store.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        version = conn.execute(text("select version_num from alembic_version")).scalars().all()
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert models >= {"endpoints", "runs", "items"}
+    assert tables == models | {"alembic_version"}
+    assert version == [latest_revision()]
+    assert diff == [], f"migrations and db/models.py disagree: {diff}"
+
+
+def test_reopening_a_migrated_store_changes_nothing(store: Store) -> None:
+    run_id = make_run(store)
+    again = open_store(store.url)
+    with again.session() as session:
+        assert [r.id for r in session.scalars(select(Run))] == [run_id]
+        assert session.execute(text("select count(*) from alembic_version")).scalar_one() == 1
+    again.dispose()
+
+
+def test_sqlite_store_is_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    open_store(str(path)).dispose()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_second_row_for_the_same_item_is_refused_by_the_database(store: Store) -> None:
+    run_id = make_run(store)
+    row = {"run_id": run_id, "item_id": "gsm8k/test/0007", "item_hash": "h", "status": "ok", "reference": "1",
+           "request": "", "completion": "", "truncated": False, "latency_s": 0.0, "attempts": 1, "detail": {},
+           "created_at": queries.utcnow()}
+    with store.engine.begin() as conn:
+        conn.execute(insert(Item), row)
+    with pytest.raises(IntegrityError):
+        with store.engine.begin() as conn:
+            conn.execute(insert(Item), {**row, "status": "error", "completion": "second"})
+    with store.engine.connect() as conn:
+        assert conn.execute(text("select count(*) from items")).scalar_one() == 1
+
+
+def test_a_second_run_with_the_same_identity_and_repeat_is_refused(store: Store) -> None:
+    run_id = make_run(store)
+    with store.engine.connect() as conn:
+        endpoint_id = conn.execute(select(Run.endpoint_id).where(Run.id == run_id)).scalar_one()
+    with pytest.raises(IntegrityError):
+        with store.engine.begin() as conn:
+            conn.execute(insert(Run), {**RUN_FIELDS, "endpoint_id": endpoint_id, "repeat": 0, "status": "running",
+                                       "started_at": queries.utcnow()})
+
+
+def test_item_round_trips_through_save_item(store: Store) -> None:
+    run_id = make_run(store)
+    completion = Completion(text="Steps. The answer is 4.", reasoning_text="think", prompt_tokens=11,
+                            completion_tokens=17, reasoning_tokens=5, finish_reason="length", latency_s=0.25,
+                            attempts=2)
+    result = ItemResult(passed=True, extracted="4", extracted_strict="4", extracted_flexible="4",
+                        detail={"extraction": "strict"})
+    save(store, run_id, sample(), completion, result)
+    with store.session() as session:
+        (item,) = queries.get_items(session, run_id)
+        frame = queries.items_frame(session, run_id)
+        (summary,) = queries.summarize_runs(session, [run_id])
+    assert (item.status, item.correct, item.extracted, item.reference) == ("ok", True, "4", "4")
+    assert (item.completion, item.reasoning) == ("Steps. The answer is 4.", "think")
+    assert (item.prompt_tokens, item.completion_tokens, item.reasoning_tokens) == (11, 17, 5)
+    assert (item.finish_reason, item.truncated, item.attempts, item.latency_s) == ("length", True, 2, 0.25)
+    assert item.detail == {"extraction": "strict"} and '"What is 2+2?"' in item.request
+    assert frame[["item_id", "correct", "completion_tokens"]].values.tolist() == [["gsm8k/test/0000", True, 17]]
+    assert (summary.n, summary.correct, summary.errors, summary.truncated) == (1, 1, 0, 1)
+
+
+def test_error_row_is_replaced_by_a_later_success_and_never_duplicated(store: Store) -> None:
+    run_id = make_run(store)
+    save(store, run_id, sample(), Completion(error="POST x: HTTP 503", attempts=4), None)
+    with store.session() as session:
+        assert queries.done_item_ids(session, run_id) == set()
+        (summary,) = queries.summarize_runs(session, [run_id])
+    assert (summary.n, summary.errors, summary.correct, summary.accuracy) == (1, 1, 0, None)
+    save(store, run_id, sample(), Completion(text="The answer is 5."), ItemResult(passed=False, extracted="5"))
+    save(store, run_id, sample(), Completion(text="late duplicate"), ItemResult(passed=True, extracted="4"))
+    with store.session() as session:
+        items = queries.get_items(session, run_id)
+    assert [(i.status, i.correct, i.completion) for i in items] == [("ok", False, "The answer is 5.")]
+
+
+@pytest.mark.parametrize("name", SQL_NAMES)
+def test_sql_looking_strings_are_stored_verbatim(store: Store, name: str) -> None:
+    run_id = make_run(store, endpoint=name)
+    save(store, run_id, sample(item_id=name[:100], prompt=name, reference=name),
+         Completion(text=name), ItemResult(passed=False, extracted=name))
+    with store.session() as session:
+        (item,) = queries.get_items(session, run_id)
+        (summary,) = queries.summarize_runs(session)
+        endpoint = queries.get_endpoint(session, name)
+        run = queries.resolve_run(session, str(run_id))
+    assert (item.item_id, item.reference, item.completion, item.extracted) == (name[:100], name, name, name)
+    assert summary.endpoint == name and endpoint.name == name and run.id == run_id
+    with store.engine.connect() as conn:
+        assert set(inspect(conn).get_table_names()) >= {"endpoints", "runs", "items"}
+        assert conn.execute(text("select count(*) from runs")).scalar_one() == 1
+
+
+def test_lone_surrogates_and_nul_are_marked_not_fatal(store: Store) -> None:
+    run_id = make_run(store)
+    hostile = "bad \ud800 half, nul \x00 here, pair \ud83d\ude00, ok é"
+    save(store, run_id, sample(prompt=hostile), Completion(text=hostile, reasoning_text=hostile),
+         ItemResult(passed=False))
+    with store.session() as session:
+        (item,) = queries.get_items(session, run_id)
+    marked = "bad \ufffd half, nul \ufffd here, pair \U0001F600, ok é"
+    assert item.completion == marked and item.reasoning == marked
+    # Inside the request JSON a NUL is an escape sequence, so only the surrogate needs marking.
+    assert json.loads(item.request)["messages"][0]["content"] == marked.replace("nul \ufffd", "nul \x00")

@@ -1,0 +1,357 @@
+"""Speed probe against a real local streaming server whose token timing the test sets,
+plus the chat prompt loader that feeds the chat workload."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from harness.chat_prompts import ChatPromptError, builtin_prompts_path, load_chat_prompts, messages_from_record
+from harness.speed import (
+    WARMUP_MAX_TOKENS,
+    WARMUP_PROMPT,
+    SpeedSample,
+    accept_length_from_meta,
+    fetch_sglang_spec_stats,
+    probe_speed,
+    summarize_speed,
+)
+from harness.types import Request
+from tests.streaming_server import StreamScript, serve_stream
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_probe(script: StreamScript, prompts: list, **kwargs) -> tuple[list[SpeedSample], list[dict]]:
+    with serve_stream(script) as server:
+        samples = asyncio.run(probe_speed(server.base_url, "test-model", prompts, **kwargs))
+        return samples, list(server.requests)
+
+
+# ---------------------------------------------------------------- timing
+
+
+def test_probe_measures_the_scripted_ttft_and_decode_speed() -> None:
+    script = StreamScript(ttft_s=0.2, interval_s=0.01, n_tokens=50)
+    samples, requests = run_probe(script, ["What is 2+2?", "Name a colour."], max_tokens=64, warmup=1)
+
+    assert len(samples) == 2
+    for sample in samples:
+        assert sample.ok, sample.error
+        # The role-only first chunk arrives at once; counting it would give a TTFT near 0.
+        assert 0.19 <= sample.ttft_s <= 0.30
+        assert 75.0 <= sample.decode_tps <= 125.0  # 49 tokens over 49 x 10 ms = 100 tok/s
+        assert sample.output_tokens == 50
+        assert sample.token_source == "usage"
+        assert sample.finish_reason == "stop"
+        assert sample.total_s >= sample.ttft_s + 0.45
+    # One warm-up plus two measured requests, each greedy, streamed, asking for usage.
+    assert len(requests) == 3
+    for body in requests:
+        assert body["stream"] is True
+        assert body["stream_options"] == {"include_usage": True}
+        assert body["temperature"] == 0.0
+    assert [r["max_tokens"] for r in requests] == [WARMUP_MAX_TOKENS, 64, 64]
+    # The warm-up must not be the first measured prompt (a prefix-cache hit would flatter its TTFT).
+    assert requests[0]["messages"] == [{"role": "user", "content": WARMUP_PROMPT}]
+    assert requests[1]["messages"] == [{"role": "user", "content": "What is 2+2?"}]
+    assert requests[2]["messages"] == [{"role": "user", "content": "Name a colour."}]
+
+
+def test_slower_interval_gives_proportionally_lower_decode_speed() -> None:
+    fast, _ = run_probe(StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=40), ["a"], warmup=0)
+    slow, _ = run_probe(StreamScript(ttft_s=0.05, interval_s=0.03, n_tokens=40), ["a"], warmup=0)
+    ratio = fast[0].decode_tps / slow[0].decode_tps
+    assert 2.4 <= ratio <= 3.6
+    assert 25.0 <= slow[0].decode_tps <= 42.0  # nominal 33.3 tok/s
+
+
+def test_usage_count_is_preferred_to_counted_chunks() -> None:
+    # Three tokens per chunk, as speculative decoding emits: 20 chunks, 60 tokens.
+    script = StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=60, tokens_per_chunk=3)
+    with_usage, _ = run_probe(script, ["a"], warmup=0)
+    without_usage, _ = run_probe(StreamScript(**{**script.__dict__, "usage": False}), ["a"], warmup=0)
+
+    assert (with_usage[0].output_tokens, with_usage[0].token_source, with_usage[0].text_chunks) == (60, "usage", 20)
+    assert (without_usage[0].output_tokens, without_usage[0].token_source) == (20, "chunks")
+    # 59 tokens over 19 intervals of 10 ms is about 310 tok/s; counted chunks give about 100.
+    assert 230.0 <= with_usage[0].decode_tps <= 390.0
+    assert 75.0 <= without_usage[0].decode_tps <= 125.0
+
+
+def test_usage_figure_is_taken_as_reported() -> None:
+    samples, _ = run_probe(StreamScript(ttft_s=0.02, interval_s=0.005, n_tokens=30, usage_tokens=47), ["a"], warmup=0)
+    assert samples[0].output_tokens == 47
+    assert samples[0].text_chunks == 30
+
+
+def test_reasoning_tokens_count_for_ttft_and_length() -> None:
+    script = StreamScript(ttft_s=0.1, interval_s=0.02, n_tokens=30, reasoning_tokens=10, usage=False)
+    samples, _ = run_probe(script, ["think"], warmup=0)
+    # Ignoring reasoning would push the first token to about 0.3 s and count 20 chunks.
+    assert samples[0].ttft_s < 0.2
+    assert samples[0].output_tokens == 30
+
+
+def test_completions_mode_posts_a_raw_prompt() -> None:
+    samples, requests = run_probe(
+        StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=20), ["def add(a, b):"], mode="completions", warmup=0
+    )
+    assert requests[0]["prompt"] == "def add(a, b):"
+    assert "messages" not in requests[0]
+    assert samples[0].ok and samples[0].output_tokens == 20
+    assert 75.0 <= samples[0].decode_tps <= 125.0
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (StreamScript(ttft_s=0.05, interval_s=0.01, fail_after=10, fail_mode="error_event"), "error event"),
+        (StreamScript(ttft_s=0.05, interval_s=0.01, fail_after=10, fail_mode="disconnect"), "RemoteProtocolError"),
+        (StreamScript(ttft_s=0.05, interval_s=0.01, fail_after=10, fail_mode="no_done"), "without [DONE]"),
+        (StreamScript(status=503), "HTTP 503"),
+    ],
+    ids=["error-event", "disconnect", "no-done", "http-503"],
+)
+def test_failed_stream_gives_an_error_not_a_speed(script: StreamScript, expected: str) -> None:
+    samples, _ = run_probe(script, ["a", "b"], warmup=0)
+    for sample in samples:
+        assert not sample.ok
+        assert expected in sample.error
+        assert (sample.ttft_s, sample.decode_tps, sample.output_tokens) == (None, None, None)
+    summary = summarize_speed(samples)
+    assert (summary.n, summary.n_errors, summary.mean_decode_tps) == (0, 2, None)
+
+
+def test_failed_request_does_not_stop_the_probe() -> None:
+    script = StreamScript(ttft_s=0.05, interval_s=0.005, n_tokens=20, fail_after=5, fail_requests=(1,))
+    samples, requests = run_probe(script, ["a", "b", "c"], warmup=0)
+    assert len(requests) == 3
+    assert [s.ok for s in samples] == [True, False, True]
+    summary = summarize_speed(samples)
+    assert (summary.n, summary.n_errors) == (2, 1)
+    assert summary.median_decode_tps == pytest.approx((samples[0].decode_tps + samples[2].decode_tps) / 2)
+
+
+# ---------------------------------------------------------------- SGLang extras
+
+
+def test_meta_info_gives_per_request_accept_length() -> None:
+    meta = {"completion_tokens": 30, "spec_verify_ct": 12}
+    script = StreamScript(ttft_s=0.02, interval_s=0.005, n_tokens=30, meta_info=meta)
+    samples, _ = run_probe(script, ["a"], warmup=0)
+    assert samples[0].accept_length == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (None, None),
+        ({}, None),
+        ({"completion_tokens": 106, "spec_verify_ct": 43}, 106 / 43),
+        ({"completion_tokens": 10, "spec_verify_ct": 0}, None),
+        ({"spec_accept_length": 3.25, "completion_tokens": 10, "spec_verify_ct": 5}, 3.25),
+    ],
+)
+def test_accept_length_from_meta(meta: dict | None, expected: float | None) -> None:
+    assert accept_length_from_meta(meta) == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_server_info_accept_length_is_averaged_over_ranks() -> None:
+    info = {
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_draft_tokens": 4,
+        "internal_states": [{"avg_spec_accept_length": 2.75}, {"avg_spec_accept_length": 3.25}],
+    }
+    with serve_stream(StreamScript(server_info=info)) as server:
+        stats_root = asyncio.run(fetch_sglang_spec_stats(server.base_url))
+        stats_v1 = asyncio.run(fetch_sglang_spec_stats(server.base_url + "/v1/"))
+    assert stats_root is not None
+    assert (stats_root.avg_accept_length, stats_root.algorithm, stats_root.num_draft_tokens) == (3.0, "EAGLE", 4)
+    assert stats_v1 == stats_root
+
+
+@pytest.mark.parametrize(
+    "info", [None, {"internal_states": [{"last_gen_throughput": 40.0}]}], ids=["not-sglang", "no-speculation"]
+)
+def test_server_info_without_spec_stats_gives_none(info: dict | None) -> None:
+    with serve_stream(StreamScript(server_info=info)) as server:
+        assert asyncio.run(fetch_sglang_spec_stats(server.base_url)) is None
+
+
+def test_unreachable_server_info_gives_none() -> None:
+    with serve_stream(StreamScript()) as server:
+        url = server.base_url
+    assert asyncio.run(fetch_sglang_spec_stats(url, timeout_s=2.0)) is None  # server is closed now
+
+
+# ---------------------------------------------------------------- summary
+
+
+def make_samples(rates: list[float], ttfts: list[float]) -> list[SpeedSample]:
+    return [
+        SpeedSample(index=i, ttft_s=t, decode_tps=r, output_tokens=100 + i, token_source="usage")
+        for i, (r, t) in enumerate(zip(rates, ttfts))
+    ]
+
+
+def test_summary_medians_match_numpy_and_ci_matches_scipy_bootstrap() -> None:
+    rng = np.random.default_rng(7)
+    rates = list(rng.normal(226.0, 12.0, 40))
+    ttfts = list(rng.gamma(4.0, 0.02, 40))
+    samples = make_samples(rates, ttfts) + [SpeedSample(index=99, error="HTTP 500")]
+    summary = summarize_speed(samples, n_boot=20000, seed=3)
+
+    assert (summary.n, summary.n_errors) == (40, 1)
+    assert summary.median_decode_tps == pytest.approx(float(np.median(rates)))
+    assert summary.median_ttft_s == pytest.approx(float(np.median(ttfts)))
+    assert summary.mean_decode_tps == pytest.approx(float(np.mean(rates)))
+    reference = stats.bootstrap(
+        (np.array(rates),), np.mean, n_resamples=20000, method="percentile", random_state=11
+    ).confidence_interval
+    low, high = summary.mean_decode_tps_ci
+    assert low == pytest.approx(reference.low, abs=0.4)
+    assert high == pytest.approx(reference.high, abs=0.4)
+    # And the t interval, a third way: same width within 10%.
+    t_half = stats.t.ppf(0.975, 39) * np.std(rates, ddof=1) / math.sqrt(40)
+    assert (high - low) / 2 == pytest.approx(t_half, rel=0.10)
+
+
+# ---------------------------------------------------------------- chat prompts
+
+
+def test_builtin_chat_prompts_are_varied_single_user_turns() -> None:
+    prompts = load_chat_prompts()
+    assert len(prompts) >= 30
+    assert len({p.prompt_id for p in prompts}) == len(prompts)
+    assert len({p.messages[-1]["content"] for p in prompts}) == len(prompts)
+    assert all(p.origin == "builtin" and p.messages[-1]["role"] == "user" for p in prompts)
+    categories = {json.loads(line)["category"] for line in builtin_prompts_path().read_text().splitlines()}
+    assert len(categories) >= 10
+    assert len(load_chat_prompts(limit=5)) == 5
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}, [("user", "hi")]),
+        (
+            {"conversations": [{"from": "system", "value": "be brief"}, {"from": "human", "value": "2+2?"}]},
+            [("system", "be brief"), ("user", "2+2?")],
+        ),
+        (
+            {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+            [("user", "a")],
+        ),
+        ({"conversation": [{"role": "user", "content": "lmsys-style"}]}, [("user", "lmsys-style")]),
+        ({"prompt": "plain"}, [("user", "plain")]),
+        ({"conversations": [{"from": "gpt", "value": "no opener"}, {"from": "human", "value": "late"}]}, None),
+        ({"conversations": [{"from": "human", "value": "   "}]}, None),
+        ({"text": "unknown shape"}, None),
+    ],
+)
+def test_messages_from_record(record: dict, expected: list[tuple[str, str]] | None) -> None:
+    messages = messages_from_record(record)
+    got = None if messages is None else [(m["role"], m["content"]) for m in messages]
+    assert got == expected
+
+
+def test_local_jsonl_is_read_and_unusable_records_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    lines = [
+        {"id": "a", "conversations": [{"from": "human", "value": "first"}]},
+        {"id": "b", "conversations": [{"from": "gpt", "value": "skip me"}]},
+        {"prompt": "x" * 500},
+        {"id": "d", "messages": [{"role": "user", "content": "fourth"}]},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    prompts = load_chat_prompts(str(path), max_chars=100)
+    assert [(p.prompt_id, p.messages[0]["content"], p.origin) for p in prompts] == [
+        ("a", "first", str(path)),
+        ("d", "fourth", str(path)),
+    ]
+
+
+def test_bad_local_jsonl_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "ok"}\n{not json\n')
+    with pytest.raises(ChatPromptError, match=r"bad\.jsonl:2"):
+        load_chat_prompts(str(path))
+
+
+_DATASETS_SCRIPT = """
+import json, sys
+from harness.chat_prompts import ChatPromptError, load_chat_prompts
+folder = sys.argv[1]
+loaded = load_chat_prompts(folder, limit=2)
+fallback = load_chat_prompts("no-such-owner/no-such-chat-set", limit=3)
+try:
+    load_chat_prompts("no-such-owner/no-such-chat-set", strict=True)
+    strict = "no error"
+except ChatPromptError as exc:
+    strict = str(exc)
+print(json.dumps({
+    "loaded": [[p.prompt_id, p.origin, [m["content"] for m in p.messages]] for p in loaded],
+    "fallback": [p.origin for p in fallback],
+    "strict": strict,
+}))
+"""
+
+
+def test_datasets_source_loads_sharegpt_folder_and_falls_back_offline(tmp_path: Path) -> None:
+    folder = tmp_path / "sharegpt"
+    folder.mkdir()
+    records = [
+        {"id": "s1", "conversations": [{"from": "human", "value": "plan a picnic"}, {"from": "gpt", "value": "ok"}]},
+        {"id": "s2", "conversations": [{"from": "gpt", "value": "orphan"}]},
+        {"id": "s3", "conversations": [{"from": "human", "value": "fix my bike chain"}]},
+        {"id": "s4", "conversations": [{"from": "human", "value": "not reached: limit is 2"}]},
+    ]
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    # Offline mode makes the hub lookup fail at once instead of retrying for ~25 s.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(
+        [sys.executable, "-c", _DATASETS_SCRIPT, str(folder)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == [
+        ["s1", str(folder), ["plan a picnic"]],
+        ["s3", str(folder), ["fix my bike chain"]],
+    ]
+    assert result["fallback"] == ["builtin"] * 3
+    assert "no-such-owner/no-such-chat-set" in result["strict"]
+    assert "using the built-in chat prompts" in done.stderr
+
+
+def test_chat_prompts_feed_the_probe() -> None:
+    prompts = load_chat_prompts(limit=2)
+    samples, requests = run_probe(StreamScript(ttft_s=0.02, interval_s=0.002, n_tokens=10), prompts, warmup=0)
+    assert [r["messages"] for r in requests] == [list(p.messages) for p in prompts]
+    assert all(s.ok for s in samples)
+
+
+def test_built_in_prompt_ids_are_stable() -> None:
+    # Stored speed runs refer to prompt ids; renumbering them would break pairing.
+    ids = [p.prompt_id for p in load_chat_prompts()]
+    assert ids[:3] == ["chat-001", "chat-002", "chat-003"]
+    assert ids == [f"chat-{i:03d}" for i in range(1, len(ids) + 1)]
+
+
+def test_request_prompts_keep_their_stop_sequences() -> None:
+    request = Request(mode="completions", prompt="def f():\n", stop=("\ndef ", "\nclass "))
+    script = StreamScript(ttft_s=0.02, interval_s=0.002, n_tokens=10)
+    samples, requests = run_probe(script, [request], mode="completions", warmup=0)
+    assert requests[0]["prompt"] == "def f():\n"
+    assert requests[0]["stop"] == ["\ndef ", "\nclass "]
+    assert samples[0].ok
