@@ -92,15 +92,6 @@ def tasks_in(runs: pd.DataFrame) -> list[str]:
     return known + sorted(found - set(known))
 
 
-def run_info(row: Mapping[str, Any]) -> stats.RunInfo:
-    """What the statistics need to know about a run, from a row of the runs table."""
-    return stats.RunInfo(
-        run_id=int(row["run_id"]), endpoint=str(row["endpoint"]), task=str(row["task"]),
-        template=str(row["template"]), decoding=dict(row["decoding"] or {}), mode=row["mode"],
-        config_hash=row["config_hash"],
-    )
-
-
 # --- the ladder table ----------------------------------------------------------
 
 

@@ -120,9 +120,15 @@ class PairResult:
     differences: tuple[str, ...] = ()
 
 
+@st.cache_data(show_spinner=False, max_entries=4096)
 def _info(url: str, run_id: int) -> stats.RunInfo:
-    runs = load_runs(url)
-    return analysis.run_info(runs[runs["run_id"] == run_id].iloc[0])
+    """What a run was (endpoint, task, template, decoding); fixed once the run exists."""
+    with get_store(url).session() as session:
+        run = queries.resolve_run(session, str(run_id))
+        return stats.RunInfo(
+            run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
+            decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash,
+        )
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -156,11 +162,9 @@ def step_runs(runs: pd.DataFrame, steps: Sequence[str]) -> dict[str, dict[str, R
 @st.cache_data(show_spinner=False, max_entries=32)
 def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, RunKey], ...]) -> compare.LadderReport | str:
     """Every step against the previous one and the baseline, Holm-adjusted; or why not."""
-    runs = load_runs(url)
     by_step: dict[str, list[compare.StepRun]] = {step: [] for step in steps}
     for step, _task, key in keys:
-        info = analysis.run_info(runs[runs["run_id"] == key.run_id].iloc[0])
-        by_step[step].append(compare.StepRun(info, load_items(url, key)))
+        by_step[step].append(compare.StepRun(_info(url, key.run_id), load_items(url, key)))
     ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
     try:
         return compare.build_ladder_report(ladder)

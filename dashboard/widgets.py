@@ -24,7 +24,7 @@ PAGES = {
     "evaluate": "views/evaluate.py",
 }
 STEPS_KEY = "ladder_steps"
-# st.table renders cells as Markdown, where a lone "-" would become a bullet.
+# st.table renders cells as Markdown, where a lone "-" would become a bullet; one mark everywhere.
 MISSING = "n/a"
 
 
@@ -126,7 +126,7 @@ def _next_step(candidates: list[str], a: str, rest: list[str]) -> str:
     return candidates[index + 1] if index + 1 < len(candidates) else rest[0]
 
 
-def evidence_links(pair: Pair, key: str) -> None:
+def evidence_links(pair: Pair) -> None:
     """Links to the three pages holding the evidence for one pair."""
     params = {"task": pair.task, "a": pair.a, "b": pair.b}
     cols = st.columns(3)

@@ -13,15 +13,20 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
 from tqdm import tqdm
 
 from db import queries
 from db.engine import Store
+from db.models import Item
 from harness.client import EndpointClient
-from harness.tasks import PromptTemplate, Task, get_task, pick_template
+from harness.tasks import PromptTemplate, Task, TaskError, get_task, pick_template
 from harness.types import Completion, DecodingSettings, ItemResult, Sample, stable_hash
 
 log = logging.getLogger(__name__)
+
+ITEM_ID_MAX = Item.item_id.type.length  # type: ignore[attr-defined]
 
 
 class RunInterrupted(Exception):
@@ -30,6 +35,10 @@ class RunInterrupted(Exception):
     def __init__(self, run_id: int) -> None:
         super().__init__(f"run {run_id} interrupted; finished items are stored, run the same command to resume")
         self.run_id = run_id
+
+
+class BadItemId(TaskError):
+    """Two dataset rows map to the same item id (one would overwrite the other), or an id is too long to store."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,21 @@ def config_hash(task: str, template: PromptTemplate, settings: DecodingSettings)
     return stable_hash(task, template.key, template.mode, json.dumps(settings.as_dict(), sort_keys=True))
 
 
+def check_item_ids(samples: list[Sample]) -> None:
+    """Raise BadItemId for the first id that two samples share or that the store cannot hold."""
+    first_row: dict[str, int] = {}
+    for row, sample in enumerate(samples, start=1):
+        if sample.item_id in first_row:
+            raise BadItemId(
+                f"{sample.task} data has item id {sample.item_id!r} twice (rows {first_row[sample.item_id]} and "
+                f"{row}); item ids must be unique, fix the dataset file"
+            )
+        if len(sample.item_id) > ITEM_ID_MAX:
+            raise BadItemId(f"{sample.task} data row {row} has an item id of {len(sample.item_id)} characters; "
+                            f"at most {ITEM_ID_MAX} fit the store")
+        first_row[sample.item_id] = row
+
+
 def dataset_hash(samples: list[Sample]) -> str:
     return stable_hash(*(s.item_hash for s in samples))
 
@@ -78,6 +102,7 @@ async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> Run
     task = get_task(spec.task)
     template = pick_template(task, spec.template)
     samples = task.load_samples(spec.data, spec.limit)
+    check_item_ids(samples)
     async with EndpointClient(
         spec.base_url, spec.model, api_key=spec.api_key, timeout_s=spec.timeout_s,
         max_connections=max(spec.concurrency, 1),
@@ -115,25 +140,73 @@ def _open_run(session, spec, template, samples, fingerprint, base_url):  # type:
     return run, resumed, queries.done_item_ids(session, run.id)
 
 
+class ItemWriter:
+    """Commits finished items from one coroutine, as many per transaction as are waiting.
+
+    Durability: `save` returns only once the item's row is committed, and the
+    runner keeps the item's concurrency slot until then, so at any moment at
+    most `concurrency` items are in flight or waiting for their commit; a
+    kill -9 loses at most those, and a resume redoes them. Items that finish
+    while a commit runs go into the next one (group commit, no timer), which
+    spares a transaction per item without delaying any row.
+    """
+
+    def __init__(self, conn: Connection, run_id: int) -> None:
+        self._conn = conn
+        self._run_id = run_id
+        self._queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None]]] = asyncio.Queue()
+
+    async def save(self, row: dict[str, Any]) -> None:
+        """Queue `row` (from `queries.item_values`) and wait until it is committed."""
+        committed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((row, committed))
+        await committed
+
+    async def run(self) -> None:
+        """Write batches until cancelled."""
+        while True:
+            batch = [await self._queue.get()]
+            await asyncio.sleep(0)  # let items that finished in the same loop turn join this commit
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._write(batch)
+
+    def _write(self, batch: list[tuple[dict[str, Any], asyncio.Future[None]]]) -> None:
+        try:
+            queries.save_items(self._conn, self._run_id, [row for row, _ in batch])
+        except Exception as exc:  # every waiting item fails with the store's error, so the run stops
+            for _, committed in batch:
+                if not committed.done():
+                    committed.set_exception(exc)
+            return
+        for _, committed in batch:
+            if not committed.done():
+                committed.set_result(None)
+
+
 async def _evaluate(
-    session, run_id: int, task: Task, template: PromptTemplate, client: EndpointClient,  # type: ignore[no-untyped-def]
+    session: Session, run_id: int, task: Task, template: PromptTemplate, client: EndpointClient,
     spec: RunSpec, pending: list[Sample], total: int, progress: bool,
 ) -> None:
     bar = tqdm(total=total, initial=total - len(pending), disable=not progress, desc=f"{spec.endpoint}/{spec.task}")
     limiter = asyncio.Semaphore(max(spec.concurrency, 1))
+    writer_conn = session.get_bind().connect()
+    writer = ItemWriter(writer_conn, run_id)
 
     async def one(sample: Sample) -> None:
         async with limiter:
             request = template.build(sample)
             completion = await client.complete(request, spec.settings)
             result, completion = await _score(task, sample, completion)
-        # Written from the event loop thread only, one transaction per item.
-        queries.save_item(session, run_id, sample, request, completion, result)
+            await writer.save(queries.item_values(run_id, sample, request, completion, result))
         bar.update(1)
 
+    writing = asyncio.create_task(writer.run())
     try:
         await asyncio.gather(*(one(s) for s in pending))
     finally:
+        writing.cancel()
+        writer_conn.close()
         bar.close()
 
 

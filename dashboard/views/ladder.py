@@ -13,14 +13,12 @@ from dashboard.analysis import StepDecision
 from evalsvc import compare, timing
 
 
-def decision_line(d: StepDecision, beyond_stop: bool = False) -> str:
+def decision_line(d: StepDecision) -> str:
     """One decision in words, led by what to do."""
     reason = d.reason
     for prefix in (f"take B for {d.workload}: ", f"stop at A for {d.workload}: "):
         reason = reason.removeprefix(prefix)
-    if beyond_stop:
-        head = f"beyond the stop, {widgets.esc(d.step_b)} after {widgets.esc(d.step_a)}"
-    elif d.take_b is None:
+    if d.take_b is None:
         head = f"? {widgets.esc(d.step_b)} after {widgets.esc(d.step_a)}: no decision"
     elif d.take_b:
         head = f":green[take **{widgets.esc(d.step_b)}**] after {widgets.esc(d.step_a)}"
@@ -29,8 +27,27 @@ def decision_line(d: StepDecision, beyond_stop: bool = False) -> str:
     return f"{head}: {widgets.esc(reason)}"
 
 
+def decision_word(d: StepDecision) -> str:
+    """take B, stop at A, or no decision."""
+    return {True: f"take {d.step_b}", False: f"stop at {d.step_a}", None: "no decision"}[d.take_b]
+
+
+def chain_table(chain: Sequence[StepDecision], stop: StepDecision | None) -> pd.DataFrame:
+    """Every step-to-step decision of one workload; those after the stop are marked."""
+    rows, beyond = [], False
+    for d in chain:
+        rows.append({
+            "step N": d.step_a, "step N+1": d.step_b, "decision": decision_word(d),
+            "on the path": "no, beyond the stop" if beyond else "yes", "accuracy": d.verdict,
+            "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.speed_ratio, 2),
+            "task time B/A": widgets.num(d.time_ratio, 3),
+        })
+        beyond = beyond or d is stop
+    return pd.DataFrame(rows).set_index("step N")
+
+
 def render_ship(steps: Sequence[str], decisions: Sequence[StepDecision]) -> None:
-    """Per workload: the step to ship, then each step-to-step decision with links to its evidence."""
+    """Per workload: the step to ship, the decisions that settle it with links to their evidence, the whole chain."""
     st.subheader("Which step to ship")
     workloads = list(dict.fromkeys(d.workload for d in decisions))
     if not workloads:
@@ -39,13 +56,17 @@ def render_ship(steps: Sequence[str], decisions: Sequence[StepDecision]) -> None
         chain = [d for d in decisions if d.workload == workload]
         task_steps = [s for s in steps if any(s in (d.step_a, d.step_b) for d in chain)]
         ship, stop = analysis.ship_step(task_steps, chain)
+        taken = next((d for d in chain if d.step_b == ship and d.take_b), None)
         with st.container(border=True, key=f"ship_{workload}"):
             st.markdown(f"#### {workload} ({chain[0].task}): ship **{widgets.esc(ship)}**")
-            stopped = False
-            for index, d in enumerate(chain):
-                st.markdown(decision_line(d, beyond_stop=stopped))
-                stopped = stopped or d is stop
-                widgets.evidence_links(widgets.Pair(d.task, d.step_a, d.step_b), key=f"{workload}_{index}")
+            for d in (taken, stop):
+                if d is not None:
+                    st.markdown(decision_line(d))
+                    widgets.evidence_links(widgets.Pair(d.task, d.step_a, d.step_b))
+            if stop is None:
+                st.markdown("Every step of the ladder was taken.")
+            with st.expander(f"All {len(chain)} step-to-step decisions for {workload}"):
+                st.dataframe(chain_table(chain, stop))
 
 
 def task_table(
@@ -119,7 +140,7 @@ def main() -> None:
     per_task = data.step_runs(runs, steps)
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")
-        st.table(task_table(url, runs, task, per_step, decisions, speeds))
+        st.dataframe(task_table(url, runs, task, per_step, decisions, speeds))
     st.caption("Accuracy intervals are Wilson 95%. " + timing.TASK_TIME_MODEL)
     if per_task:
         st.altair_chart(ladder_chart(runs, per_task, steps, speeds))

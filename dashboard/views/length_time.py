@@ -75,7 +75,7 @@ def render_decisions(url: str, runs: pd.DataFrame, steps: list[str]) -> None:
         "task time B/A": widgets.num(d.time_ratio, 3),
     } for d in data.step_decisions(url, runs, steps, report)]
     st.subheader("Step N or N+1, per workload")
-    st.table(pd.DataFrame(rows).set_index("workload"))
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
 def main() -> None:

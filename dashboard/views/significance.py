@@ -91,14 +91,13 @@ def main() -> None:
         return
     render_pair(url, runs, steps, report)
     st.subheader("Every comparison")
-    st.table(report_table(report).set_index("task"))
+    st.dataframe(report_table(report), hide_index=True)
     st.caption(f"Baseline: {report.baseline}. p Holm adjusts all {len(report.entries)} exact McNemar p-values "
                "together and the verdicts use it. B-A, CI and MDE in accuracy points; MDE at 80% power.")
     st.subheader("In words")
-    for task, q in report.cochran.items():
-        st.markdown("- " + widgets.esc(compare.describe_cochran(task, q)))
-    for entry in report.entries:
-        st.markdown("- " + widgets.esc(compare.describe_comparison(entry.comparison, entry.p_holm)))
+    sentences = [compare.describe_cochran(task, q) for task, q in report.cochran.items()]
+    sentences += [compare.describe_comparison(entry.comparison, entry.p_holm) for entry in report.entries]
+    st.markdown("\n".join(f"- {widgets.esc(sentence)}" for sentence in sentences))
     render_noise(url, runs)
 
 

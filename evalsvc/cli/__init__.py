@@ -21,6 +21,7 @@ _ERROR_SOURCES = {
     "harness.tasks.base": ("TaskError",),
     "db.engine": ("StoreError",),
     "db.queries": ("NotFound", "EndpointConflict"),
+    "harness.sandbox": ("SandboxError",),
 }
 # Command modules: each defines click commands registered on the group below.
 _COMMAND_MODULES = ("evalsvc.cli.runs", "evalsvc.cli.reports", "evalsvc.cli.ladder", "evalsvc.cli.dashboard")

@@ -203,8 +203,21 @@ def _read_jsonl(path: Path) -> list[dict[str, str]]:
                 raise GSM8KDataError(f"{path} line {lineno} is not valid JSON; fix or remove that line") from None
             if not isinstance(row, dict):
                 raise GSM8KDataError(f"{path} line {lineno} is not a JSON object")
+            _check_unicode(row, path, lineno)
             rows.append(row)
     return rows
+
+
+def _check_unicode(row: dict[str, object], path: Path, lineno: int) -> None:
+    # A lone surrogate escape (e.g. "\\ud800") parses as JSON but is not text: it cannot be hashed, sent or stored.
+    for key, value in row.items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise GSM8KDataError(
+                    f"{path} line {lineno} field {key!r} holds an unpaired surrogate escape, which is not valid text"
+                ) from None
 
 
 def _load_from_hub(split: str) -> list[dict[str, str]]:

@@ -53,6 +53,10 @@ def table_frame(at: AppTest, index: int) -> pd.DataFrame:
     return at.table[index].value
 
 
+def grid_frame(at: AppTest, index: int) -> pd.DataFrame:
+    return at.dataframe[index].value
+
+
 # --- ladder ----------------------------------------------------------------------------
 
 
@@ -68,12 +72,14 @@ def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyP
     code_stop = next(line for line in lines if line.startswith(":red[stop at **bf16**], not int4"))
     expected_ratio = (242 / 252) / (200 / 226)
     assert f"task time B/A is {expected_ratio:.3f}".replace(".", r"\.") in code_stop
-    assert any(line.startswith(r"beyond the stop, int4\-spec after int4") for line in lines)
+    code_chain = grid_frame(at, 1)
+    assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "stop at int4-spec"]
+    assert list(code_chain["on the path"]) == ["yes", "no, beyond the stop", "no, beyond the stop"]
 
 
 def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db)
-    gsm8k = table_frame(at, 0)
+    gsm8k = grid_frame(at, 2)
     assert list(gsm8k.index) == list(seed.STEPS)
     kernel = [seed.kernel_math(i) for i in range(seed.GSM8K_N)]
     scored = [o for o in kernel if o.error is None]
@@ -85,7 +91,7 @@ def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, se
     assert gsm8k.loc["bf16", "median tokens"] == f"{bf16_tokens.median():.1f}"
     assert gsm8k.loc["int4", "math tok/s"] == "180"
     assert gsm8k.loc["int4-spec", "task time vs prev"].startswith(f"{180 / 270:.3f}x")
-    humaneval = table_frame(at, 1)
+    humaneval = grid_frame(at, 3)
     assert list(humaneval["accuracy"]) == ["61.0%", "61.0%", "61.0%", f"{100 * 98 / 164:.1f}%"]
     assert humaneval.loc["int4", "tokens vs prev"] == "1.21x"
 
@@ -103,7 +109,7 @@ def test_ladder_steps_follow_the_sidebar_choice(monkeypatch: pytest.MonkeyPatch,
     at.sidebar.multiselect(key=data_steps_key()).set_value(["bf16", "int4-spec-kernel"]).run()
     headings = [m.value for m in at.markdown if m.value.startswith("####")]
     assert headings == [r"#### math (gsm8k): ship **bf16**", r"#### code (humaneval): ship **bf16**"]
-    assert list(table_frame(at, 0).index) == ["bf16", "int4-spec-kernel"]
+    assert list(grid_frame(at, 2).index) == ["bf16", "int4-spec-kernel"]
 
 
 def data_steps_key() -> str:
@@ -173,7 +179,7 @@ def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.Monkey
     # Paired on 399 items (the kernel's error dropped): 300 both right, 20 only A, 0 only B, 79 neither.
     assert two_by_two.values.tolist() == [[300, 20], [0, 79]]
     assert any(m.value == "**Verdict: worse**" for m in at.markdown)
-    report = table_frame(at, 1)
+    report = at.dataframe[0].value
     previous = report[report["vs"] == "previous"]
     assert list(previous["verdict"]) == [
         "no worse than -2.0 pts", "no worse than -2.0 pts", "worse",
@@ -183,7 +189,7 @@ def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.Monkey
 
 def test_significance_noise_floor_from_the_repeat_run(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db, "views/significance.py")
-    floor = table_frame(at, 2)
+    floor = table_frame(at, 1)
     flips = sum(seed.bf16_math(i).correct != seed.bf16_math(i, repeat=1).correct for i in range(seed.GSM8K_N))
     assert floor.loc["bf16", "flips"] == flips == 4
     assert floor.loc["bf16", "flip rate"] == f"{100 * flips / seed.GSM8K_N:.1f}%"
@@ -200,10 +206,10 @@ def test_length_and_time_for_the_worked_example(monkeypatch: pytest.MonkeyPatch,
     assert metrics["decode speed B/A"] == f"{252 / 226:.2f}x"
     length = table_frame(at, 0)
     assert length.loc["all paired items", "B/A (ratio of means)"] == f"{242 / 200:.3f}"
-    decisions = table_frame(at, 1)
-    code = decisions.loc[["code"]].set_index("step N")
+    decisions = grid_frame(at, 0)
+    code = decisions[decisions["workload"] == "code"].set_index("step N")
     assert code.loc["bf16", "decision"] == "stop at bf16"
-    math = decisions.loc[["math"]].set_index("step N")
+    math = decisions[decisions["workload"] == "math"].set_index("step N")
     assert list(math["decision"]) == ["take int4", "take int4-spec", "stop at int4-spec"]
 
 

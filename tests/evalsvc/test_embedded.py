@@ -39,7 +39,7 @@ def test_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path:
 def test_placeholders_cover_the_embedded_ladder() -> None:
     info = EngineInfo(
         home=Path("/h"), python=Path("/h/py"), llama_cpp_version="0", gguf=Path("/h/a.gguf"),
-        gguf_quant="Q4_1", deep_gguf=Path("/h/b.gguf"), deep_quant="Q3_K_M",
+        gguf_quant="Q4_1", deep_gguf=Path("/h/b.gguf"), deep_quant="Q4_0-pure",
     )
     assert load_ladder(LADDER).placeholders() <= set(info.placeholders())
 
@@ -86,7 +86,7 @@ def test_ensure_engine_is_cached(engine: EngineInfo) -> None:
     assert again == engine
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert engine.gguf_quant == "Q4_1"
-    assert engine.deep_quant == DEEP_QUANT.name
+    assert engine.deep_quant == DEEP_QUANT.label
     assert engine.gguf.read_bytes()[:4] == GGUF_MAGIC
     with open(engine.deep_gguf, "rb") as f:
         assert f.read(4) == GGUF_MAGIC

@@ -194,7 +194,7 @@ def test_embedded_example_resolves_with_engine_names() -> None:
     assert len(ladder.steps) >= 3
     info = EngineInfo(
         home=Path("/h"), python=Path("/h/py"), llama_cpp_version="0", gguf=Path("/h/a.gguf"),
-        gguf_quant="Q4_1", deep_gguf=Path("/h/b.gguf"), deep_quant="Q3_K_M",
+        gguf_quant="Q4_1", deep_gguf=Path("/h/b.gguf"), deep_quant="Q4_0-pure",
     )
     resolved = resolve_ladder(ladder, info.placeholders())
     ports = {s.base_url for s in resolved.steps}
