@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -146,8 +145,18 @@ def lm_eval_run(base_url: str, data: Path, n: int, concurrency: int, venv: Path,
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"lm_eval exited {done.returncode}: {done.stderr.strip().splitlines()[-3:]}")
-    scores = [line.strip() for line in done.stdout.splitlines() if "exact_match" in line]
-    return elapsed, " | ".join(" ".join(s.split()) for s in scores)
+    return elapsed, ", ".join(_exact_match_scores(done.stdout)) or "no exact_match line in its output"
+
+
+def _exact_match_scores(table: str) -> list[str]:
+    """`filter exact_match=value` for each row of lm-eval's results table."""
+    scores = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if "exact_match" in cells:
+            at = cells.index("exact_match")
+            scores.append(f"{cells[at - 2]} exact_match={cells[at + 2]}")
+    return scores
 
 
 def measure_pair(server: Server, bodies: list[dict[str, Any]], args: argparse.Namespace, workdir: Path) -> None:

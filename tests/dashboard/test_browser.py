@@ -51,27 +51,38 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """The app on `db` in its own process group; returns it once /_stcore/health answers ok."""
+def launch_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the app on `db` in its own process group; returns the process and its base URL."""
     port = free_port()
     argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
             "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
             "--server.fileWatcherType", "none", "--", "--db", db]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
+    """Until /_stcore/health answers ok; stops the process and raises if it never does."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"streamlit exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
         try:
             if httpx.get(f"{base}/_stcore/health", timeout=2).text == "ok":
-                return proc, base
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
     stop(proc)
     raise RuntimeError(f"streamlit did not answer in {START_TIMEOUT_S} s: {log_path.read_text()[-2000:]}")
+
+
+def start_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The app on `db`, once it answers."""
+    proc, base = launch_streamlit(db, log_path)
+    wait_healthy(proc, base, log_path)
+    return proc, base
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -89,20 +100,29 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def seeded_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("browser_seeded")
+def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Two servers started side by side: on the seeded store and on an empty one."""
+    folder = tmp_path_factory.mktemp("browser")
     seed.seed_store(str(folder / "ladder.db")).dispose()
-    proc, base = start_streamlit(str(folder / "ladder.db"), folder / "streamlit.log")
-    yield base
-    stop(proc)
+    started = {name: (launch_streamlit(str(folder / f"{name}.db"), folder / f"{name}.log"), folder / f"{name}.log")
+               for name in ("ladder", "empty")}
+    try:
+        for (proc, base), log_path in started.values():
+            wait_healthy(proc, base, log_path)
+        yield {"seeded": started["ladder"][0][1], "empty": started["empty"][0][1]}
+    finally:
+        for (proc, _), _ in started.values():
+            stop(proc)
 
 
 @pytest.fixture(scope="module")
-def empty_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("browser_empty")
-    proc, base = start_streamlit(str(folder / "empty.db"), folder / "streamlit.log")
-    yield base
-    stop(proc)
+def seeded_app(apps: dict[str, str]) -> str:
+    return apps["seeded"]
+
+
+@pytest.fixture(scope="module")
+def empty_app(apps: dict[str, str]) -> str:
+    return apps["empty"]
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +169,13 @@ def main_text(page: Page) -> str:
     return re.sub(r"\n\s*\n+", "\n", page.locator('[data-testid="stMain"]').inner_text())
 
 
+def grid_text(page: Page, at_least: int = 1) -> str:
+    """Text of every dataframe on the page, from the grids' accessible tables (drawn after the script ends)."""
+    tables = page.locator('[data-testid="stDataFrame"] table')
+    expect(tables.nth(at_least - 1)).to_be_attached()
+    return "\n".join(tables.nth(i).text_content() or "" for i in range(tables.count()))
+
+
 def shoot(page: Page, artifacts: Path, name: str) -> None:
     page.screenshot(path=str(artifacts / f"{name}.png"))
 
@@ -186,13 +213,16 @@ def test_from_which_step_to_ship_to_the_evidence(page: Page, seeded_app: str, ar
 def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Path) -> None:
     page.goto(seeded_app)
     open_page(page, "Ladder")
-    ladder = main_text(page)
+    ladder = grid_text(page, at_least=2)
     for figure in ("80.0%", "75.2%", "61.0%", "59.8%", "174.5", "183.5"):
         assert figure in ladder, figure
+    page.get_by_text("All 3 step-to-step decisions for code").click()
+    chain = grid_text(page, at_least=3)
+    assert "stop at bf16" in chain and "no, beyond the stop" in chain
     expected = {
         "Disagreements": ("only A right (bf16)\n2", "Item gsm8k/test/0318"),
         "Significance": ("Cochran's Q (gsm8k, 4 steps, 399 items", "no worse than -2.0 pts", "Noise floor"),
-        "Length and time": ("task time B/A\n0.584", "Step N or N+1, per workload", "stop at int4-spec"),
+        "Length and time": ("task time B/A\n0.584", "Step N or N+1, per workload"),
         "Evaluate an endpoint": ("Start evaluation", "No evaluation started here yet."),
     }
     for index, (title, figures) in enumerate(expected.items(), start=4):

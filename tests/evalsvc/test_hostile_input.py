@@ -14,8 +14,8 @@ import pytest
 from db.engine import open_store
 from evalsvc.runner import BadItemId, RunSpec, run_evaluation
 from harness.client import MAX_BODY_BYTES
-from tests.conftest import GSM8K_TEST, run_cli
-from tests.fake_openai import Fault, FakeOpenAI, Reply, gsm8k_oracle
+from tests.conftest import run_cli
+from tests.fake_openai import Fault, FakeOpenAI, Reply
 
 SQL_NAME = "step'); DROP TABLE runs; --"
 SQL_QUESTION = "How many? '; DELETE FROM items WHERE '1'='1'; -- \" OR 1=1 /* %s :x */"
