@@ -30,6 +30,13 @@ class NotFound(LookupError):
     """A run or endpoint named on the command line does not exist."""
 
 
+NAME_MAX = 200  # endpoints.name column width
+
+
+class InvalidName(ValueError):
+    """An endpoint name the store cannot hold."""
+
+
 class EndpointConflict(Exception):
     """An endpoint name is already bound to a different model."""
 
@@ -66,6 +73,8 @@ def upsert_endpoint(
     session: Session, name: str, base_url: str, model: str, fingerprint: dict[str, Any], metadata: dict[str, Any]
 ) -> Endpoint:
     """The endpoint called `name`, created or refreshed. A name stays bound to one model."""
+    if not name.strip() or len(name) > NAME_MAX:
+        raise InvalidName(f"endpoint name must be 1 to {NAME_MAX} characters, got {len(name)}; choose a shorter --endpoint")
     endpoint = session.scalar(select(Endpoint).where(Endpoint.name == name))
     if endpoint is None:
         endpoint = Endpoint(name=name, base_url=base_url, model=model, fingerprint=fingerprint, metadata_=metadata)

@@ -20,7 +20,7 @@ _ERROR_SOURCES = {
     "harness.client": ("EndpointError",),
     "harness.tasks.base": ("TaskError",),
     "db.engine": ("StoreError",),
-    "db.queries": ("NotFound", "EndpointConflict"),
+    "db.queries": ("NotFound", "EndpointConflict", "InvalidName"),
     "harness.sandbox": ("SandboxError",),
 }
 # Command modules: each defines click commands registered on the group below.

@@ -10,7 +10,6 @@ import click
 from db.engine import open_store
 from evalsvc.cli import register_errors
 from evalsvc.cli.runs import DB_OPTION, JSON_OPTION
-from evalsvc.compare import DEFAULT_MARGIN, render_comparisons_markdown, render_comparisons_text
 from harness.tasks import TASK_NAMES
 
 register_errors("evalsvc.stats", "PairingError")
@@ -18,7 +17,13 @@ register_errors("evalsvc.timing", "TimingInputError")
 register_errors("evalsvc.speed_run", "SpeedError")
 register_errors("harness.chat_prompts", "ChatPromptError")
 
-MARGIN_OPTION = click.option("--margin", default=DEFAULT_MARGIN * 100, show_default=True, type=click.FloatRange(0, 100),
+def _default_margin_points() -> float:
+    from evalsvc.compare import DEFAULT_MARGIN  # lazy: keeps pandas and scipy out of `evalsvc run` start-up
+
+    return DEFAULT_MARGIN * 100
+
+
+MARGIN_OPTION = click.option("--margin", default=_default_margin_points, show_default="2.0", type=click.FloatRange(0, 100),
                              help="Non-inferiority margin in accuracy points.")
 FORCE_OPTION = click.option("--force", is_flag=True, help="Pair runs even if prompt template or decoding differ.")
 MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a write-up.")
@@ -38,6 +43,7 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, margi
                     markdown: bool, db: str | None, as_json: bool) -> None:
     """Paired significance of B against A (endpoint names or run ids)."""
     from evalsvc import reports
+    from evalsvc.compare import render_comparisons_markdown, render_comparisons_text
 
     store = open_store(db)
     comparisons = reports.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), margin / 100, force)

@@ -1,7 +1,7 @@
 """Store fixtures: every store test runs on a fresh SQLite file, and on PostgreSQL too.
 
-PostgreSQL is selected by `EVALSVC_TEST_PG` (a SQLAlchemy URL; default the
-role and database `.ci/setup` creates). Locally, an unreachable server skips
+PostgreSQL is selected by `EVALSVC_TEST_PG` or a PostgreSQL `EVALSVC_DB` (a
+SQLAlchemy URL; default the role and database `.ci/setup` creates). Locally, an unreachable server skips
 the PostgreSQL cases with the reason shown by `-ra`; in CI (`CI=true`) it fails
 them, so a broken database setup can never pass as green.
 """
@@ -23,7 +23,9 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def pg_url() -> str:
-    return os.environ.get(PG_ENV) or DEFAULT_PG_URL
+    """EVALSVC_TEST_PG, else EVALSVC_DB when it names a PostgreSQL server, else the CI default."""
+    store_url = os.environ.get("EVALSVC_DB", "")
+    return os.environ.get(PG_ENV) or (store_url if store_url.startswith("postgresql") else DEFAULT_PG_URL)
 
 
 def pg_problem(url: str) -> str | None:

@@ -110,6 +110,7 @@ def test_too_many_errors_marks_the_run_failed(db_path: str) -> None:
         ({"--url": "http://127.0.0.1:9/v1"}, "is unreachable"),
         ({"--data": "/nonexistent/test.jsonl"}, "does not exist; pass --data PATH"),
         ({"--db": "/proc/forbidden/x.db"}, "cannot open database"),
+        ({"--endpoint": "x" * 201}, "endpoint name must be 1 to 200 characters, got 201"),
         ({"--db": "postgresql://u:secret@127.0.0.1:9/nodb"}, "cannot open database postgresql://***@127.0.0.1:9"),
     ],
 )
