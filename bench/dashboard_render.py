@@ -70,12 +70,11 @@ def build_store(path: Path, n_steps: int, n_items: int) -> None:
     skill = {"gsm8k": 0.8, "humaneval": 0.6}
     for step in range(n_steps):
         name = f"step{step:02d}"
-        metadata = {"speed": {"math": {"tokens_per_second": 100 + 10 * step, "source": "bench"},
-                              "code": {"tokens_per_second": 120 + 9 * step, "source": "bench"}}}
         for task, task_samples in samples.items():
             p_right = skill[task] - 0.004 * step
             outcomes = [_outcome(rng, i, p_right, task) for i in range(n_items)]
-            seed.add_run(store, name, task, task_samples, outcomes, metadata)
+            seed.add_run(store, name, task, task_samples, outcomes)
+        seed.add_speeds(store, name, {"math": 100.0 + 10 * step, "code": 120.0 + 9 * step}, source="bench")
     store.dispose()
 
 

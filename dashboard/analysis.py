@@ -12,16 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from evalsvc import stats
-from evalsvc.timing import EndpointSpeed, TimingInputError
+from evalsvc.reports import TASK_WORKLOAD as TASK_WORKLOADS
+from evalsvc.reports import WORKLOADS
 
-# Which speed profile a task's outputs are timed with; chat has no accuracy task.
-TASK_WORKLOADS = {"gsm8k": "math", "humaneval": "code"}
-WORKLOADS = ("math", "code", "chat")
 CONFIDENCE = 0.95
 
 FILTER_A_ONLY = "A right, B wrong"
@@ -195,46 +192,3 @@ def tokens_long(paired: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFram
     both = pd.concat([a, b], ignore_index=True)
     both["tokens"] = pd.to_numeric(both["tokens"], errors="coerce")
     return both.dropna()
-
-
-def histogram_counts(values: pd.Series, bins: int = 30) -> pd.DataFrame:
-    """Bin edges and counts, for a chart that does not need the raw values."""
-    clean = pd.to_numeric(values, errors="coerce").dropna().to_numpy()
-    if clean.size == 0:
-        return pd.DataFrame({"low": [], "high": [], "count": []})
-    counts, edges = np.histogram(clean, bins=bins)
-    return pd.DataFrame({"low": edges[:-1], "high": edges[1:], "count": counts})
-
-
-# --- speeds --------------------------------------------------------------------
-
-
-def speeds_from_metadata(metadata: Mapping[str, Any], endpoint: str) -> dict[str, EndpointSpeed]:
-    """An endpoint's decode speeds per workload, from its stored metadata.
-
-    Read from `metadata["speed"][workload]`, either measured samples
-    (`{"ttft_s": [...], "decode_tps": [...], "source": ...}`) or a figure
-    entered by hand (`{"tokens_per_second": 252, "ttft_s": 0.1, "source": ...}`).
-    Malformed entries are skipped: a missing speed only hides the time figures.
-    """
-    found: dict[str, EndpointSpeed] = {}
-    for workload, entry in dict(metadata.get("speed") or {}).items():
-        speed = _speed_entry(entry, f"{endpoint}/{workload}")
-        if speed is not None:
-            found[str(workload)] = speed
-    return found
-
-
-def _speed_entry(entry: Any, label: str) -> EndpointSpeed | None:
-    if not isinstance(entry, Mapping):
-        return None
-    source = str(entry.get("source") or label)
-    try:
-        if entry.get("decode_tps") and isinstance(entry["decode_tps"], (list, tuple)):
-            ttft = entry.get("ttft_s") or [0.0] * len(entry["decode_tps"])
-            return EndpointSpeed(tuple(map(float, ttft)), tuple(map(float, entry["decode_tps"])), source, True)
-        if entry.get("tokens_per_second"):
-            return EndpointSpeed.by_hand(float(entry["tokens_per_second"]), source, float(entry.get("ttft_s") or 0.0))
-    except (TypeError, ValueError, TimingInputError):
-        return None
-    return None

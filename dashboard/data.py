@@ -20,9 +20,12 @@ import streamlit as st
 
 from dashboard import analysis
 from dashboard.analysis import RunKey, StepDecision
+from sqlalchemy.orm import Session
+
 from db import queries
 from db.engine import DB_ENV, Store, open_store, to_url
-from evalsvc import compare, stats, timing
+from db.models import Endpoint
+from evalsvc import compare, reports, stats, timing
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +101,22 @@ def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
 
 @st.cache_data(ttl=10, show_spinner=False)
 def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, timing.EndpointSpeed]]:
-    """Decode speeds per endpoint and workload, from the endpoints' stored metadata."""
-    found = {}
+    """Each endpoint's latest speed per workload (`evalsvc speed`), where one is stored and usable."""
+    found: dict[str, dict[str, timing.EndpointSpeed]] = {}
     with get_store(url).session() as session:
         for name in endpoints:
             endpoint = queries.get_endpoint(session, name)
-            found[name] = analysis.speeds_from_metadata(endpoint.metadata_ or {}, name)
+            speeds = {workload: _speed(session, endpoint, workload) for workload in analysis.WORKLOADS}
+            found[name] = {workload: speed for workload, speed in speeds.items() if speed is not None}
     return found
+
+
+def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | None:
+    speed = reports.endpoint_speed(session, endpoint, workload)
+    if isinstance(speed, str):
+        log.info("no usable %s speed for %s: %s", workload, endpoint.name, speed)
+        return None
+    return speed
 
 
 # --- pairs ----------------------------------------------------------------------------

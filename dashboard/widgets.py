@@ -42,7 +42,7 @@ def start_guide(url: str) -> None:
     st.code(
         f"evalsvc run --endpoint bf16 --url http://127.0.0.1:30000/v1 --model MODEL --task all --db '{url}'\n"
         f"evalsvc demo --db '{url}'   # a small local ladder, no GPU needed",
-        language="bash",
+        language="bash", wrap_lines=True,
     )
     st.page_link(PAGES["evaluate"], label="Or start a run from the Evaluate page", icon=":material/play_arrow:")
 

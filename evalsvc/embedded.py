@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from evalsvc.ladder import read_log_tail
 
@@ -210,7 +211,7 @@ def _ensure_venv(venv: Path) -> Path:
     return python
 
 
-def _probe(python: Path, home: Path) -> dict:
+def _probe(python: Path, home: Path) -> dict[str, Any]:
     out = _run("inspect engine venv", [str(python), "-c", _PROBE_SOURCE], home / "logs" / "engine-probe.log",
                capture=True)
     return json.loads(out.strip().splitlines()[-1])
@@ -242,7 +243,8 @@ def _install_server(python: Path, wheel: Path, home: Path) -> None:
     log.info("installing llama-cpp-python[server] from %s", wheel.name)
     _run(
         "install llama-cpp-python[server]",
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", f"llama-cpp-python[server] @ {wheel.as_uri()}"],
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+         f"llama-cpp-python[server] @ {wheel.as_uri()}"],
         home / "logs" / "engine-install.log",
     )
 

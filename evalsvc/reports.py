@@ -211,7 +211,7 @@ def _decide_workload(session: Session, workload: str, ep_a, ep_b, verdicts) -> W
         return WorkloadDecision(workload, missing=f"no paired {task} runs of both steps")
     if not verdicts:
         return WorkloadDecision(workload, missing="no accuracy comparison to stand in for chat")
-    speeds = [_endpoint_speed(session, ep, workload) for ep in (ep_a, ep_b)]
+    speeds = [endpoint_speed(session, ep, workload) for ep in (ep_a, ep_b)]
     if any(isinstance(s, str) for s in speeds):
         return WorkloadDecision(workload, missing="; ".join(s for s in speeds if isinstance(s, str)))
     if task is not None:
@@ -234,7 +234,8 @@ def _decide_workload(session: Session, workload: str, ep_a, ep_b, verdicts) -> W
     return WorkloadDecision(workload, decision)
 
 
-def _endpoint_speed(session: Session, endpoint, workload: str) -> timing.EndpointSpeed | str:  # type: ignore[no-untyped-def]
+def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | str:
+    """The endpoint's latest speed for the workload, or a sentence saying why there is none."""
     run = latest_speed_run(session, endpoint.id, workload)
     if run is None:
         return f"no {workload} speed for {endpoint.name} (run `evalsvc speed --endpoint {endpoint.name} --workload {workload}`)"

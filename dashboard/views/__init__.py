@@ -1,2 +1,6 @@
-"""The dashboard pages, run by st.navigation in dashboard/app.py (not a Streamlit `pages/` folder, so deep links
-always go through the app's navigation)."""
+"""The dashboard pages, run through st.navigation in dashboard/app.py.
+
+Not named `pages/`: Streamlit treats a `pages/` folder next to the entry script as an
+old-style multipage app and, on a deep link such as /disagreements?task=..., runs
+the page alone without the app's navigation and sidebar.
+"""

@@ -61,6 +61,8 @@ def main(verbose: int) -> None:
     """Accuracy and output-length evaluation for LLM inference optimization ladders."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # One line per HTTP request drowns the run's own messages; only -vv shows them.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
 
 
 for _module in _COMMAND_MODULES:

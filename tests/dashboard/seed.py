@@ -35,6 +35,7 @@ from typing import Any
 
 from db import queries
 from db.engine import Store, open_store
+from db.speed import add_speed_by_hand
 from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, stable_hash
 
 STEPS = ("bf16", "int4", "int4-spec", "int4-spec-kernel")
@@ -124,10 +125,12 @@ CODE: dict[str, Callable[[int], Outcome]] = {
 }
 
 
-def speed_metadata(step: str) -> dict[str, Any]:
-    """Hand-entered speeds in the endpoint metadata shape the dashboard reads."""
-    return {"speed": {w: {"tokens_per_second": tps, "ttft_s": 0.0, "source": "seed table"}
-                      for w, tps in SPEEDS[step].items()}}
+def add_speeds(store: Store, endpoint: str, speeds: dict[str, float], source: str = "seed table") -> None:
+    """Decode speeds entered by hand, as `evalsvc speed --tokens-per-second` stores them."""
+    with store.session() as session:
+        row = queries.get_endpoint(session, endpoint)
+        for workload, tps in speeds.items():
+            add_speed_by_hand(session, row, workload, tps, 0.0, source)
 
 
 def add_run(
@@ -171,10 +174,10 @@ def seed_store(db: str) -> Store:
     code_samples = [humaneval_sample(i) for i in range(HUMANEVAL_N)]
     for index, step in enumerate(STEPS):
         when = START + timedelta(hours=index + 1)
-        add_run(store, step, "gsm8k", math_samples, [MATH[step](i) for i in range(GSM8K_N)], speed_metadata(step),
-                finished_at=when)
+        add_run(store, step, "gsm8k", math_samples, [MATH[step](i) for i in range(GSM8K_N)], finished_at=when)
         add_run(store, step, "humaneval", code_samples, [CODE[step](i) for i in range(HUMANEVAL_N)],
                 finished_at=when)
+        add_speeds(store, step, SPEEDS[step])
     # The repeat finished before the main bf16 run, so the ladder keeps using the main one.
     add_run(store, "bf16", "gsm8k", math_samples, [bf16_math(i, repeat=1) for i in range(GSM8K_N)],
             repeat=True, finished_at=START)

@@ -323,12 +323,19 @@ def test_run_argv_is_the_cli_command() -> None:
     ]
 
 
-def test_speeds_from_metadata_reads_both_shapes() -> None:
-    speeds = analysis.speeds_from_metadata({"speed": {
-        "code": {"tokens_per_second": 252, "source": "vendor table"},
-        "math": {"ttft_s": [0.1, 0.3], "decode_tps": [100.0, 200.0], "source": "probe"},
-        "chat": {"tokens_per_second": -1},
-    }}, "s")
-    assert set(speeds) == {"code", "math"}
-    assert speeds["code"].effective_tps == 252 and not speeds["code"].measured
-    assert speeds["math"].effective_tps == pytest.approx(1 / ((1 / 100 + 1 / 200) / 2))
+def test_measured_speeds_are_read_from_the_speed_store(tmp_path: Path) -> None:
+    from db.speed import add_speed_run
+    from harness.speed import SpeedSample
+
+    db = str(tmp_path / "speed.db")
+    store = seed.seed_store(db)
+    samples = [("p0", SpeedSample(0, ttft_s=0.1, decode_tps=100.0)), ("p1", SpeedSample(1, ttft_s=0.3, decode_tps=200.0)),
+               ("p2", SpeedSample(2, error="HTTP 500"))]
+    with store.session() as session:
+        add_speed_run(session, queries.get_endpoint(session, "int4"), "chat", samples, "probe", 256, None)
+    speeds = data.endpoint_speeds(data.db_url(["--db", db]), ("bf16", "int4"))
+    assert set(speeds["bf16"]) == {"math", "code"} and set(speeds["int4"]) == {"math", "code", "chat"}
+    assert speeds["bf16"]["code"].effective_tps == 226.0
+    chat = speeds["int4"]["chat"]
+    assert chat.measured and chat.effective_tps == pytest.approx(1 / ((1 / 100 + 1 / 200) / 2))
+    assert chat.mean_ttft_s == pytest.approx(0.2)

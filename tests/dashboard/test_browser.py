@@ -272,3 +272,35 @@ def test_empty_store_shows_how_to_start(page: Page, empty_app: str, artifacts: P
     open_page(page, "Evaluate an endpoint")
     expect(page.get_by_role("button", name="Start evaluation")).to_be_visible()
     shoot(page, artifacts, "10_empty_evaluate")
+
+
+# --- a run started from the page (last: it fills the empty store) ----------------------------
+
+
+def test_evaluate_starts_a_run_and_shows_progress_after_reload(
+    page: Page, empty_app: str, artifacts: Path, tmp_path: Path
+) -> None:
+    from tests.dashboard.test_app import GOLD, write_gsm8k
+    from tests.fake_openai import FakeOpenAI, Reply
+
+    data_file = write_gsm8k(tmp_path)
+    with FakeOpenAI(responder=lambda body: Reply(text="The answer is 7."), latency_s=0.2) as server:
+        page.goto(empty_app + "/evaluate")
+        open_page(page, "Evaluate an endpoint")
+        page.get_by_label("Endpoint name (a ladder step)").fill("browser-step")
+        page.get_by_label("Base URL").fill(server.base_url)
+        page.get_by_label("Model (as /v1/models lists it)").fill("fake-model")
+        page.get_by_label("GSM8K data file or folder (optional)").fill(str(data_file))
+        page.get_by_role("button", name="Start evaluation").click()
+        expect(page.get_by_text("Started: evalsvc run --endpoint browser-step")).to_be_visible()
+        # The progress fragment refreshes itself; a reload opens a new session that still finds the job.
+        page.reload()
+        open_page(page, "Evaluate an endpoint")
+        expect(page.get_by_text("browser-step: finished")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+        expect(page.get_by_text(f"gsm8k: {len(GOLD)}/{len(GOLD)} items, 0 errors, complete")).to_be_visible(
+            timeout=RENDER_TIMEOUT_MS)
+        shoot(page, artifacts, "11_evaluate_after_run")
+        assert len(server.requests) == len(GOLD)
+    page.goto(empty_app)
+    open_page(page, "Ladder")
+    expect(page.get_by_text("No runs in this store yet")).to_have_count(0)
