@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 FailMode = Literal["error_event", "disconnect", "no_done"]
+MODEL_ID = "fake-model"  # what /v1/models lists, so the CLI can register the endpoint
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         info = self.server.state.script.server_info
-        if self.path == "/get_server_info" and info is not None:
+        if self.path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
+        elif self.path == "/get_server_info" and info is not None:
             self._send_json(200, info)
         else:
             self._send_json(404, {"detail": "Not Found"})

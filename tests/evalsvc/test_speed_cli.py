@@ -1,0 +1,55 @@
+"""`evalsvc speed` against a live streaming server whose token timing the test sets,
+then `evalsvc decide` from the stored accuracy runs and measured speeds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import GSM8K_TEST, run_cli
+from tests.evalsvc.test_report_cli import store_run
+from tests.streaming_server import StreamScript, serve_stream
+
+
+def measure(db: str, name: str, workload: str, interval_s: float) -> dict:
+    script = StreamScript(ttft_s=0.05, interval_s=interval_s, n_tokens=40)
+    with serve_stream(script) as server:
+        result = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
+                         "--workload", workload, "--n", "3", "--data", GSM8K_TEST, "--db", db, "--json")
+        assert result.exit_code == 0, result.output
+        assert len(server.requests) == 4  # one warm-up, three measured, one at a time
+        assert all(body["stream"] for body in server.requests)
+    return json.loads(result.output)
+
+
+def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
+    store_run(db_path, "step3", lambda q: len(q) % 4 == 0, lambda q: 40)
+    store_run(db_path, "step4", lambda q: len(q) % 4 == 0, lambda q: 40)
+    slow = measure(db_path, "step3", "math", 0.02)
+    fast = measure(db_path, "step4", "math", 0.01)
+    assert (slow["n"], slow["n_ok"]) == (3, 3)
+    assert slow["decode_tps_median"] == pytest.approx(50, rel=0.3)
+    assert fast["decode_tps_median"] == pytest.approx(100, rel=0.3)
+    assert slow["ttft_median_s"] == pytest.approx(0.05, abs=0.05)
+    measure(db_path, "step3", "chat", 0.02)
+    measure(db_path, "step4", "chat", 0.01)
+    out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db_path, "--json").output)
+    decisions = {w["workload"]: w for w in out["workloads"]}
+    assert decisions["math"]["take_b"] is True and decisions["math"]["time_ratio"] < 0.8
+    assert decisions["chat"]["take_b"] is True and "stands in from gsm8k" in decisions["chat"]["reason"]
+    assert decisions["code"]["take_b"] is None
+
+
+def test_speed_text_output_and_bad_input(db_path: str) -> None:
+    store_run(db_path, "step3", lambda q: False, lambda q: 40)
+    with serve_stream(StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=30)) as server:
+        text = run_cli("speed", "--endpoint", "step3", "--url", server.base_url, "--model", "fake-model",
+                       "--workload", "chat", "--n", "2", "--db", db_path).output
+    assert text.startswith("step3 chat: 2/2 requests measured (batch 1, streaming)")
+    assert "tok/s median" in text
+    missing = run_cli("speed", "--endpoint", "step3", "--workload", "math", "--tokens-per-second", "250",
+                      "--db", db_path)
+    assert missing.exit_code == 2 and "needs --source" in missing.output
+    unknown = run_cli("speed", "--endpoint", "nope", "--workload", "math", "--db", db_path)
+    assert unknown.exit_code == 2 and "no endpoint named 'nope'" in unknown.output
