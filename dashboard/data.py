@@ -143,9 +143,15 @@ def _info(url: str, run_id: int) -> stats.RunInfo:
         )
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
 def pair(url: str, key_a: RunKey, key_b: RunKey, force: bool = False) -> PairResult:
     """The paired items and comparison of run B against run A."""
+    info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
+    # `force` changes nothing when the settings agree: one cache entry then serves every caller.
+    return _pair(url, key_a, key_b, force and bool(stats.settings_differences(info_a, info_b)))
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool) -> PairResult:
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     try:
         paired = stats.pair_runs(load_items(url, key_a), load_items(url, key_b), info_a, info_b, force=force)

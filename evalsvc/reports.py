@@ -63,8 +63,10 @@ def flip_rates(session: Session, endpoint: str, tasks: Sequence[str]) -> dict[st
             twin = next((r for r in runs if r is not first and r.config_hash == first.config_hash
                          and r.dataset_hash == first.dataset_hash), None)
             if twin is not None:
-                found[task] = stats.flip_rate(queries.items_frame(session, twin.id),
-                                              queries.items_frame(session, first.id))
+                # Flips need only correctness; narrow frames keep the join cheap on large stores.
+                columns = ["item_id", "item_hash", "status", "correct"]
+                found[task] = stats.flip_rate(queries.items_frame(session, twin.id)[columns],
+                                              queries.items_frame(session, first.id)[columns])
                 break
     return found
 

@@ -21,8 +21,8 @@ from harness.types import DecodingSettings
 register_errors("evalsvc.ladder", "LadderError")
 register_errors("evalsvc.embedded", "EngineSetupError")
 
-DEMO_LIMITS = {"gsm8k": 20, "humaneval": 10}
-DEMO_MAX_TOKENS = 512
+DEMO_LIMITS = {"gsm8k": 10, "humaneval": 10}
+DEMO_MAX_TOKENS = 384
 
 
 def embedded_ladder_path() -> Path:
@@ -71,7 +71,13 @@ def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as
         steps = [{"step": o.step, "run_ids": list(o.run_ids), "reused": list(o.reused), "error": o.error}
                  for o in outcomes]
         click.echo(json.dumps({"db": store.url, "steps": steps, "report": report.to_dict()}, indent=2))
-        return
+    else:
+        print_text(store, report, outcomes)
+    if any(o.error for o in outcomes):
+        raise SystemExit(1)
+
+
+def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
     for o in outcomes:
         state = f"failed to start: {o.error}" if o.error else (
             f"runs {', '.join(map(str, o.run_ids))}" + (f" (stored, reused: {', '.join(o.reused)})" if o.reused else ""))
@@ -79,8 +85,6 @@ def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as
     click.echo("")
     click.echo(report.render_text())
     click.echo(f"\nevery item is stored in {store.url}")
-    if any(o.error for o in outcomes):
-        raise SystemExit(1)
 
 
 @click.command("demo")

@@ -1,0 +1,56 @@
+"""`evalsvc ladder run` with local steps: a step that fails to start is reported and the
+rest continue; steps already evaluated with the same config are not redone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.conftest import GSM8K_TEST, run_cli, wrong_when
+from tests.fake_openai import FakeOpenAI, gsm8k_oracle
+
+
+def write_ladder(path: Path, good_a: str, good_b: str) -> Path:
+    crash = [sys.executable, "-c", "import sys; print('loading weights'); print('CUDA out of memory'); sys.exit(3)"]
+    path.write_text(f"""
+name: test-ladder
+steps:
+  - name: bf16
+    base_url: {good_a}
+    model: fake-model
+    metadata: {{quantization: bf16}}
+  - name: broken
+    base_url: http://127.0.0.1:9/v1
+    model: fake-model
+    launch:
+      command: {json.dumps(crash)}
+      health_url: http://127.0.0.1:9/v1/models
+      startup_timeout_s: 20
+  - name: int4
+    base_url: {good_b}
+    model: fake-model
+    metadata: {{quantization: int4}}
+""")
+    return path
+
+
+def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: str) -> None:
+    with FakeOpenAI(gsm8k_oracle(wrong_when)) as a, FakeOpenAI(gsm8k_oracle(lambda q: False)) as b:
+        ladder = write_ladder(tmp_path / "ladder.yaml", a.base_url, b.base_url)
+        args = ["ladder", "run", str(ladder), "--task", "gsm8k", "--limit", "30", "--data", GSM8K_TEST,
+                "--db", db_path, "--no-progress"]
+        first = run_cli(*args, "--json")
+        assert first.exit_code == 1  # one step failed
+        steps = {s["step"]: s for s in json.loads(first.output)["steps"]}
+        assert steps["broken"]["error"] is not None and "CUDA out of memory" in steps["broken"]["error"]
+        assert steps["bf16"]["error"] is None and steps["int4"]["error"] is None
+        report = json.loads(first.output)["report"]
+        assert [(c["step_a"], c["step_b"]) for c in report["comparisons"]] == [("bf16", "int4")]
+        assert len(a.requests) == 30 and len(b.requests) == 30
+
+        second = run_cli(*args)
+        assert len(a.requests) == 30 and len(b.requests) == 30  # nothing redone
+        assert "step bf16: runs 1 (stored, reused: gsm8k)" in second.output
+        assert "step broken: failed to start" in second.output
+        assert "Cochran's Q" in second.output
