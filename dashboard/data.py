@@ -64,9 +64,13 @@ def get_store(url: str) -> Store:
 def load_runs(url: str) -> pd.DataFrame:
     """Every run with its counts and configuration, one row each, oldest first."""
     with get_store(url).session() as session:
+        summaries = queries.summarize_runs(session)
+        by_id = queries.get_runs(session, [summary.run_id for summary in summaries])
         rows = []
-        for summary in queries.summarize_runs(session):
-            run = queries.resolve_run(session, str(summary.run_id))
+        for summary in summaries:
+            run = by_id.get(summary.run_id)
+            if run is None:  # deleted between the two reads
+                continue
             rows.append({
                 **summary.__dict__, "mode": run.mode, "decoding": dict(run.decoding or {}),
                 "config_hash": run.config_hash, "error": run.error,
@@ -79,7 +83,8 @@ def load_runs(url: str) -> pd.DataFrame:
 
 def run_keys(runs: pd.DataFrame) -> dict[int, RunKey]:
     """The cache key of every run in the table."""
-    return {int(row["run_id"]): analysis.run_key(row) for _, row in runs.iterrows()}
+    rows = runs[["run_id", "n", "status"]].to_dict("records")  # not iterrows: several times faster
+    return {int(row["run_id"]): analysis.run_key(row) for row in rows}
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
@@ -87,6 +92,12 @@ def load_items(url: str, key: RunKey) -> pd.DataFrame:
     """One row per item of a run (no texts), as `db.queries.items_frame` returns it."""
     with get_store(url).session() as session:
         return queries.items_frame(session, key.run_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def step_row(url: str, step: str, key: RunKey, summary: dict[str, Any]) -> dict[str, Any]:
+    """One ladder-table row (`analysis.step_row`) of a run's summary and items."""
+    return analysis.step_row(step, summary, load_items(url, key))
 
 
 def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
@@ -121,6 +132,11 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.Endpoi
 
 # --- pairs ----------------------------------------------------------------------------
 
+# All a ladder report reads of an item (pairing, drop counts, 2x2 tables, Cochran's Q); a narrow frame joins faster.
+REPORT_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct")
+# All the length and task-time figures and charts read of an item.
+LENGTH_ITEM_COLUMNS = (*REPORT_ITEM_COLUMNS, "completion_tokens", "finish_reason")
+
 
 @dataclass(frozen=True, eq=False)
 class PairResult:
@@ -143,18 +159,23 @@ def _info(url: str, run_id: int) -> stats.RunInfo:
         )
 
 
-def pair(url: str, key_a: RunKey, key_b: RunKey, force: bool = False) -> PairResult:
-    """The paired items and comparison of run B against run A."""
+def pair(
+    url: str, key_a: RunKey, key_b: RunKey, force: bool = False, columns: tuple[str, ...] | None = None
+) -> PairResult:
+    """The paired items and comparison of run B against run A; only `columns` of each run's items when given."""
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     # `force` changes nothing when the settings agree: one cache entry then serves every caller.
-    return _pair(url, key_a, key_b, force and bool(stats.settings_differences(info_a, info_b)))
+    return _pair(url, key_a, key_b, force and bool(stats.settings_differences(info_a, info_b)), columns)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool) -> PairResult:
+def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[str, ...] | None) -> PairResult:
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
+    items_a, items_b = load_items(url, key_a), load_items(url, key_b)
+    if columns is not None:
+        items_a, items_b = items_a[list(columns)], items_b[list(columns)]
     try:
-        paired = stats.pair_runs(load_items(url, key_a), load_items(url, key_b), info_a, info_b, force=force)
+        paired = stats.pair_runs(items_a, items_b, info_a, info_b, force=force)
     except stats.SettingsMismatch as exc:
         return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
     except stats.PairingError as exc:
@@ -177,12 +198,15 @@ def step_runs(runs: pd.DataFrame, steps: Sequence[str]) -> dict[str, dict[str, R
     return found
 
 
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, RunKey], ...]) -> compare.LadderReport | str:
     """Every step against the previous one and the baseline, Holm-adjusted; or why not."""
     by_step: dict[str, list[compare.StepRun]] = {step: [] for step in steps}
     for step, _task, key in keys:
-        by_step[step].append(compare.StepRun(_info(url, key.run_id), load_items(url, key)))
+        items = load_items(url, key)
+        by_step[step].append(compare.StepRun(_info(url, key.run_id), items[list(REPORT_ITEM_COLUMNS)]))
     ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
     try:
         return compare.build_ladder_report(ladder)
@@ -199,29 +223,60 @@ def report_for(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> compare.La
     return ladder_report(url, tuple(steps), keys)
 
 
-@st.cache_data(show_spinner=False, max_entries=1024)
+# The ladder's decisions use only the length point estimates; their intervals are shown for one pair at a time.
+DECISION_LENGTH_BOOT = 100
+
+
 def length_and_time(
-    url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None
+    url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
+    length_boot: int | None = None,
 ) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
-    """Output-length change of B over A on paired items, and the task-time change when both speeds are known."""
-    result = pair(url, key_a, key_b, force=True)
-    if result.comparison is None:
-        return None, None, result.error
-    items = result.items
-    try:
-        length = timing.measure_length_inflation(
-            items["completion_tokens_a"], items["completion_tokens_b"], items["correct_a"], items["correct_b"],
-            items["finish_reason_a"], items["finish_reason_b"],
-        )
-    except timing.TimingInputError as exc:
-        return None, None, str(exc)
+    """Output-length change of B over A on paired items, and the task-time change when both speeds are known.
+
+    `length_boot` sets the length interval's bootstrap resamples (default: the
+    library's); the task-time interval always uses the library's default.
+    """
+    length = length_change(url, key_a, key_b, length_boot)
+    if isinstance(length, str):
+        return None, None, length
     if speed_a is None or speed_b is None:
         return length, None, None
-    try:
-        time = timing.compare_task_time(items["completion_tokens_a"], items["completion_tokens_b"], speed_a, speed_b)
-    except timing.TimingInputError as exc:
-        return length, None, str(exc)
+    time = time_change(url, key_a, key_b, speed_a, speed_b)
+    if isinstance(time, str):
+        return length, None, time
     return length, time, None
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def length_change(url: str, key_a: RunKey, key_b: RunKey, n_boot: int | None = None) -> timing.LengthInflation | str:
+    """Output-length change of B over A on paired items; or why it cannot be measured."""
+    result = pair(url, key_a, key_b, force=True, columns=LENGTH_ITEM_COLUMNS)
+    if result.comparison is None:
+        return str(result.error)
+    items = result.items
+    boot = {} if n_boot is None else {"n_boot": n_boot}
+    try:
+        return timing.measure_length_inflation(
+            items["completion_tokens_a"], items["completion_tokens_b"], items["correct_a"], items["correct_b"],
+            items["finish_reason_a"], items["finish_reason_b"], **boot,
+        )
+    except timing.TimingInputError as exc:
+        return str(exc)
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def time_change(
+    url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed, speed_b: timing.EndpointSpeed
+) -> timing.TaskTimeChange | str:
+    """Task-time change of B over A on paired items at the two speeds; or why it cannot be computed."""
+    result = pair(url, key_a, key_b, force=True, columns=LENGTH_ITEM_COLUMNS)
+    if result.comparison is None:
+        return str(result.error)
+    items = result.items
+    try:
+        return timing.compare_task_time(items["completion_tokens_a"], items["completion_tokens_b"], speed_a, speed_b)
+    except timing.TimingInputError as exc:
+        return str(exc)
 
 
 def step_decisions(
@@ -249,7 +304,7 @@ def _decide(
     verdict = compare.verdict_label(entry.comparison)
     speed_a = speeds.get(entry.step_a, {}).get(workload)
     speed_b = speeds.get(entry.step_b, {}).get(workload)
-    length, time, problem = length_and_time(url, key_a, key_b, speed_a, speed_b)
+    length, time, problem = length_and_time(url, key_a, key_b, speed_a, speed_b, DECISION_LENGTH_BOOT)
     base = dict(workload=workload, task=task, step_a=entry.step_a, step_b=entry.step_b, verdict=verdict)
     token_ratio = length.all_items.ratio_of_means if length else None
     if length is None or time is None:

@@ -315,6 +315,13 @@ def _summary(row: Any) -> RunSummary:
     )
 
 
+def get_runs(session: Session, run_ids: list[int]) -> dict[int, Run]:
+    """The runs with these ids, by id, in one query; ids not in the store are left out."""
+    if not run_ids:
+        return {}
+    return {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(run_ids)))}
+
+
 def items_frame(session: Session, run_id: int) -> "pd.DataFrame":
     """One row per item of the run, in the columns the statistics expect."""
     import pandas as pd  # only readers need it; keeps `evalsvc run` start-up light

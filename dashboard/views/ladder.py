@@ -13,6 +13,10 @@ from dashboard.analysis import StepDecision
 from evalsvc import compare, timing
 
 
+# What a ladder-table row reads of the runs table.
+SUMMARY_COLUMNS = ("run_id", "n", "errors", "correct", "accuracy", "truncated")
+
+
 def decision_line(d: StepDecision) -> str:
     """One decision in words, led by what to do."""
     reason = d.reason
@@ -76,10 +80,11 @@ def task_table(
     """The ladder table of one task, as display strings."""
     workload = analysis.workload_of(task)
     by_b = {d.step_b: d for d in decisions if d.task == task}
+    summaries = runs.set_index("run_id", drop=False)[list(SUMMARY_COLUMNS)].to_dict("index")
     rows = []
     for step, key in per_step.items():
-        summary = runs[runs["run_id"] == key.run_id].iloc[0]
-        row = analysis.step_row(step, summary, data.load_items(url, key))
+        summary = summaries[key.run_id]
+        row = data.step_row(url, step, key, summary)
         speed = speeds.get(step, {}).get(workload)
         d = by_b.get(step)
         rows.append({

@@ -32,7 +32,7 @@ def charts(items: pd.DataFrame, pair: widgets.Pair) -> alt.HConcatChart:  # type
     histogram = alt.Chart(long, title="Output tokens").mark_bar(opacity=0.5).encode(
         x=alt.X("tokens:Q", bin=alt.Bin(maxbins=40)), y=alt.Y("count():Q", stack=None), color="endpoint:N")
     points = items[["item_id", "completion_tokens_a", "completion_tokens_b", "correct_a", "correct_b"]].dropna()
-    points = points.assign(outcome=points.apply(_outcome, axis=1))
+    points = points.assign(outcome=_outcomes(points["correct_a"], points["correct_b"]))
     top = float(max(points["completion_tokens_a"].max(), points["completion_tokens_b"].max(), 1)) if len(points) else 1.0
     scatter = alt.Chart(points, title="Paired: tokens B against tokens A").mark_circle(size=30).encode(
         x=alt.X("completion_tokens_a:Q", title=f"{pair.a} tokens"),
@@ -42,9 +42,9 @@ def charts(items: pd.DataFrame, pair: widgets.Pair) -> alt.HConcatChart:  # type
     return charts.resolve_scale(color="independent")
 
 
-def _outcome(row: pd.Series) -> str:
-    return {(True, True): "both right", (True, False): "A only", (False, True): "B only"}.get(
-        (bool(row["correct_a"]), bool(row["correct_b"])), "both wrong")
+def _outcomes(correct_a: pd.Series, correct_b: pd.Series) -> list[str]:
+    labels = {(True, True): "both right", (True, False): "A only", (False, True): "B only"}
+    return [labels.get((bool(a), bool(b)), "both wrong") for a, b in zip(correct_a, correct_b)]
 
 
 def render_time(time: timing.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
@@ -98,7 +98,8 @@ def main() -> None:
         st.table(length_table(length))
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
-        st.altair_chart(charts(data.pair(url, keys[pair.a], keys[pair.b], True).items, pair))
+        paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LENGTH_ITEM_COLUMNS)
+        st.altair_chart(charts(paired.items, pair))
         st.subheader("Task time")
         render_time(time, workload, pair)
     render_decisions(url, runs, steps)

@@ -26,8 +26,9 @@ from pathlib import Path
 from db import queries
 from db.engine import open_store
 
-db, stop = sys.argv[1], Path(sys.argv[2])
+db, stop, ready = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 polls, errors, history = 0, [], {}
+ready.touch()  # imports are done: the writers may start
 while not Path(db).exists():
     time.sleep(0.01)
 store = open_store(db)
@@ -57,10 +58,14 @@ def _env() -> dict[str, str]:
 
 
 def test_concurrent_runs_and_a_reader_share_one_sqlite_file(tmp_path: Path) -> None:
-    db, stop = str(tmp_path / "shared.db"), tmp_path / "stop"
-    reader = subprocess.Popen([sys.executable, "-c", READER, db, str(stop)], env=_env(), cwd=ROOT,
+    db, stop, ready = str(tmp_path / "shared.db"), tmp_path / "stop", tmp_path / "ready"
+    reader = subprocess.Popen([sys.executable, "-c", READER, db, str(stop), str(ready)], env=_env(), cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.005) as server:
+    deadline = time.time() + 60
+    while not ready.exists() and time.time() < deadline:  # a slow start must not let the writers finish first
+        time.sleep(0.05)
+    # Replies slow enough that each run lasts about a second, so the reader meets runs in progress.
+    with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.05) as server:
         procs = {f"w{i}": writer(server, db, f"w{i}") for i in range(WRITERS)}
         outputs = {name: proc.communicate(timeout=300) for name, proc in procs.items()}
     time.sleep(0.2)  # let the reader see the finished state at least once
