@@ -13,7 +13,9 @@ from pathlib import Path
 from db import queries
 from db.engine import Store
 from evalsvc.ladder import Ladder, LadderStep, StepLaunchError, launch_step, resolve_ladder
+from db.speed import latest_speed_run
 from evalsvc.runner import RunSpec, config_hash, dataset_hash, run_evaluation
+from evalsvc.speed_run import SpeedError, SpeedPlan, measure_speed
 from harness.tasks import get_task, pick_template
 
 log = logging.getLogger(__name__)
@@ -29,10 +31,16 @@ class StepOutcome:
 
 @dataclass(frozen=True)
 class LadderPlan:
+    """What to do on every step: the tasks (with item limits), and optionally a
+    batch-1 speed probe of `speed_n` prompts per workload while the step is up."""
+
     tasks: tuple[str, ...]
     limits: dict[str, int | None] = field(default_factory=dict)  # per task; missing means the task's default
     data: str | None = None
     base: RunSpec = field(default_factory=lambda: RunSpec(endpoint="", base_url="", model="", task="gsm8k"))
+    speed_workloads: tuple[str, ...] = ()
+    speed_n: int = 5
+    speed_max_tokens: int = 256
 
 
 def prepare_ladder(ladder: Ladder) -> Ladder:
@@ -68,6 +76,25 @@ def stored_complete_run(store: Store, spec: RunSpec) -> int | None:
         )
 
 
+def _measure(store: Store, step: LadderStep, workload: str, plan: LadderPlan) -> None:
+    try:
+        measure_speed(store, SpeedPlan(endpoint=step.name, workload=workload, n=plan.speed_n,
+                                       max_tokens=plan.speed_max_tokens, data=plan.data,
+                                       url=step.base_url, model=step.model))
+    except SpeedError as exc:  # the accuracy runs stand; the decision will say the speed is missing
+        log.error("step %s: %s speed not measured: %s", step.name, workload, exc)
+
+
+def has_speed(store: Store, endpoint: str, workload: str) -> bool:
+    """Whether a speed for this step and workload is stored already (measured or entered by hand)."""
+    with store.session() as session:
+        try:
+            endpoint_id = queries.get_endpoint(session, endpoint).id
+        except queries.NotFound:
+            return False
+        return latest_speed_run(session, endpoint_id, workload) is not None
+
+
 def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True) -> list[StepOutcome]:
     """Evaluate every step of a resolved ladder in order."""
     outcomes = []
@@ -77,7 +104,8 @@ def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, pr
         todo = [spec for spec in specs if stored[spec.task] is None]
         reused = tuple(task for task, run_id in stored.items() if run_id is not None)
         run_ids = [run_id for run_id in stored.values() if run_id is not None]
-        if not todo:
+        speeds = [w for w in plan.speed_workloads if not has_speed(store, step.name, w)]
+        if not todo and not speeds:
             log.info("step %s: every task already evaluated with this config", step.name)
             outcomes.append(StepOutcome(step.name, tuple(run_ids), reused))
             continue
@@ -85,6 +113,8 @@ def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, pr
             with launch_step(step, log_dir=log_dir):
                 for spec in todo:
                     run_ids.append(run_evaluation(store, spec, progress=progress).run_id)
+                for workload in speeds:
+                    _measure(store, step, workload, plan)
         except StepLaunchError as exc:
             log.error("step %s did not start: %s", step.name, exc)
             outcomes.append(StepOutcome(step.name, tuple(run_ids), reused, error=str(exc)))

@@ -120,24 +120,79 @@ def _pair_flip_rate(session: Session, run_a: Run, run_b: Run) -> float | None:
 
 
 @dataclass(frozen=True)
+class LengthRow:
+    """Did step B write more or fewer tokens than step A, and change its answers?"""
+
+    task: str
+    step_a: str
+    step_b: str
+    answers_changed: int
+    inflation: timing.LengthInflation
+
+    def to_dict(self) -> dict[str, Any]:
+        whole = self.inflation.all_items
+        return {"task": self.task, "step_a": self.step_a, "step_b": self.step_b, "n_paired": whole.n,
+                "answers_changed": self.answers_changed, "mean_tokens_a": whole.mean_a, "mean_tokens_b": whole.mean_b,
+                "ratio_of_means": whole.ratio_of_means, "ratio_ci": list(whole.ci),
+                "median_item_ratio": whole.median_item_ratio, "wilcoxon_p": whole.wilcoxon_p,
+                "truncated_a": self.inflation.truncated_a, "truncated_b": self.inflation.truncated_b}
+
+
+def length_rows(store: Store, comparisons: Sequence[compare.Comparison]) -> tuple[LengthRow, ...]:
+    """Output-length change and changed answers for each comparison, from the accuracy runs."""
+    rows = []
+    with store.session() as session:
+        for c in comparisons:
+            j = _paired_frame(session, c)
+            if j.empty:
+                continue
+            changed = int((j.extracted_a.fillna("") != j.extracted_b.fillna("")).sum())
+            inflation = timing.measure_length_inflation(
+                _tokens(j, "a"), _tokens(j, "b"), j.correct_a, j.correct_b, j.finish_reason_a, j.finish_reason_b)
+            rows.append(LengthRow(c.task, c.endpoint_a, c.endpoint_b, changed, inflation))
+    return tuple(rows)
+
+
+def render_lengths(rows: Sequence[LengthRow], markdown: bool = False) -> str:
+    """One row per comparison: tokens A and B, their ratio with its 95% interval, changed answers."""
+    header = ("task", "step A", "step B", "n", "answers changed", "mean tok A", "mean tok B", "B/A tokens",
+              "95% CI", "Wilcoxon p", "truncated A/B")
+    body = []
+    for r in rows:
+        w = r.inflation.all_items
+        p = "-" if w.wilcoxon_p is None else compare.format_p(w.wilcoxon_p)
+        body.append([r.task, r.step_a, r.step_b, str(w.n), str(r.answers_changed), f"{w.mean_a:.1f}",
+                     f"{w.mean_b:.1f}", f"{w.ratio_of_means:.3f}", f"{w.ci[0]:.3f}-{w.ci[1]:.3f}", p,
+                     f"{r.inflation.truncated_a}/{r.inflation.truncated_b}"])
+    render = compare.render_markdown_table if markdown else compare.render_text_table
+    title = "## Output length" if markdown else "Output length (completion tokens, paired items; ratio of means, paired bootstrap CI)"
+    return f"{title}\n\n{render(header, body)}"
+
+
+@dataclass(frozen=True)
 class FullReport:
-    """Accuracy across the ladder plus the step-by-step decisions."""
+    """Accuracy across the ladder, output lengths, and the step-by-step decisions."""
 
     accuracy: compare.LadderReport
     decisions: tuple["PairDecision", ...] = ()
+    lengths: tuple[LengthRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.accuracy.to_dict(), "decisions": [d.to_dict() for d in self.decisions],
-                "task_time_model": timing.TASK_TIME_MODEL}
+        return {**self.accuracy.to_dict(), "lengths": [r.to_dict() for r in self.lengths],
+                "decisions": [d.to_dict() for d in self.decisions], "task_time_model": timing.TASK_TIME_MODEL}
 
     def render_text(self) -> str:
         parts = [compare.render_ladder_text(self.accuracy)]
+        if self.lengths:
+            parts.append(render_lengths(self.lengths))
         if self.decisions:
             parts.append(render_decisions(self.decisions))
         return "\n\n".join(parts)
 
     def render_markdown(self) -> str:
         parts = [compare.render_ladder_markdown(self.accuracy)]
+        if self.lengths:
+            parts.append(render_lengths(self.lengths, markdown=True))
         if self.decisions:
             parts.append(render_decisions(self.decisions, markdown=True))
         return "\n\n".join(parts)
@@ -161,7 +216,7 @@ def ladder_report_for(store: Store, endpoints: Sequence[str], baseline: str | No
     pairs = sorted({(c.endpoint_a, c.endpoint_b) for c in previous}, key=lambda p: endpoints.index(p[1]))
     decisions = tuple(decide_pair(store, a, b, [c for c in previous if (c.endpoint_a, c.endpoint_b) == (a, b)])
                       for a, b in pairs)
-    return FullReport(accuracy=accuracy, decisions=decisions)
+    return FullReport(accuracy=accuracy, decisions=decisions, lengths=length_rows(store, previous))
 
 
 def _mean_rate(rates: dict[str, stats.FlipRate]) -> float | None:
@@ -250,11 +305,16 @@ def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> timin
         return str(exc)
 
 
-def _paired_task_tokens(session: Session, comparison: compare.Comparison) -> tuple:  # type: ignore[type-arg]
+def _paired_frame(session: Session, comparison: compare.Comparison) -> pd.DataFrame:
+    """The comparison's two runs joined on items both answered without error."""
     a = queries.items_frame(session, comparison.run_a)
     b = queries.items_frame(session, comparison.run_b)
     j = a.merge(b, on=["item_id", "item_hash"], suffixes=("_a", "_b"))
-    j = j[(j.status_a == "ok") & (j.status_b == "ok")].reset_index(drop=True)
+    return j[(j.status_a == "ok") & (j.status_b == "ok")].reset_index(drop=True)
+
+
+def _paired_task_tokens(session: Session, comparison: compare.Comparison) -> tuple:  # type: ignore[type-arg]
+    j = _paired_frame(session, comparison)
     return (_tokens(j, "a"), _tokens(j, "b"), j.correct_a, j.correct_b, j.finish_reason_a, j.finish_reason_b)
 
 

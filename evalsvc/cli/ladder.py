@@ -23,6 +23,15 @@ register_errors("evalsvc.embedded", "EngineSetupError")
 
 DEMO_LIMITS = {"gsm8k": 10, "humaneval": 10}
 DEMO_MAX_TOKENS = 384
+DEMO_SPEED_N = 3
+DEMO_SPEED_MAX_TOKENS = 128
+
+
+def workloads_for(tasks: tuple[str, ...]) -> tuple[str, ...]:
+    """The speed workloads a decision on these tasks needs: each task's own, plus chat."""
+    from evalsvc.reports import TASK_WORKLOAD
+
+    return tuple(TASK_WORKLOAD[t] for t in tasks) + ("chat",)
 
 
 def embedded_ladder_path() -> Path:
@@ -47,18 +56,21 @@ def ladder_group() -> None:
 @click.option("--data", type=click.Path(), help="Local GSM8K file or folder.")
 @click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--speed", "speed_n", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Also time N prompts per workload (batch 1, streaming) on each step; 0 skips it.")
 @click.option("--no-progress", is_flag=True)
 @DB_OPTION
 @JSON_OPTION
 def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str | None, max_tokens: int,
-                       concurrency: int, no_progress: bool, db: str | None, as_json: bool) -> None:
+                       concurrency: int, speed_n: int, no_progress: bool, db: str | None, as_json: bool) -> None:
     """Launch (when the file says how), evaluate and stop each step in turn."""
     store = open_store(db)
     ladder = prepare_ladder(load_ladder(ladder_file))
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=concurrency,
                    settings=DecodingSettings(max_tokens=max_tokens))
     tasks = tuple(task_list(task))
-    plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base)
+    plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
+                      speed_workloads=workloads_for(tasks) if speed_n else (), speed_n=max(speed_n, 2))
     outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json))
     print_outcomes(store, ladder, outcomes, as_json)
 
@@ -101,7 +113,8 @@ def demo_command(full: bool, data: str | None, no_progress: bool, db: str | None
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1,
                    settings=DecodingSettings(max_tokens=DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS))
     limits = {task: None if full else DEMO_LIMITS[task] for task in TASK_NAMES}
-    plan = LadderPlan(tasks=TASK_NAMES, limits=limits, data=data, base=base)
+    plan = LadderPlan(tasks=TASK_NAMES, limits=limits, data=data, base=base, speed_workloads=workloads_for(TASK_NAMES),
+                      speed_n=DEMO_SPEED_N, speed_max_tokens=DEMO_SPEED_MAX_TOKENS)
     outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json))
     if not as_json:
         limits = "full sets" if full else ", ".join(f"{n} {t}" for t, n in DEMO_LIMITS.items())

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
-from tests.fake_openai import FakeOpenAI, gsm8k_oracle
+from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
 
 def write_ladder(path: Path, good_a: str, good_b: str) -> Path:
@@ -39,7 +39,7 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
     with FakeOpenAI(gsm8k_oracle(wrong_when)) as a, FakeOpenAI(gsm8k_oracle(lambda q: False)) as b:
         ladder = write_ladder(tmp_path / "ladder.yaml", a.base_url, b.base_url)
         args = ["ladder", "run", str(ladder), "--task", "gsm8k", "--limit", "30", "--data", GSM8K_TEST,
-                "--db", db_path, "--no-progress"]
+                "--db", db_path, "--no-progress", "--speed", "2"]
         first = run_cli(*args, "--json")
         assert first.exit_code == 1  # one step failed
         steps = {s["step"]: s for s in json.loads(first.output)["steps"]}
@@ -47,10 +47,17 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
         assert steps["bf16"]["error"] is None and steps["int4"]["error"] is None
         report = json.loads(first.output)["report"]
         assert [(c["step_a"], c["step_b"]) for c in report["comparisons"]] == [("bf16", "int4")]
-        assert len(a.requests) == 30 and len(b.requests) == 30
+        # 30 items, then a warm-up and 2 timed prompts for each of math and chat.
+        assert len(a.requests) == 36 and len(b.requests) == 36
+        (lengths,) = report["lengths"]
+        assert (lengths["step_a"], lengths["step_b"], lengths["n_paired"]) == ("bf16", "int4", 30)
+        assert lengths["answers_changed"] == sum(wrong_when(q) for q in list(gsm8k_answers())[:30])
+        (decision,) = report["decisions"]
+        workloads = {w["workload"]: w for w in decision["workloads"]}
+        assert workloads["math"]["take_b"] is not None and workloads["chat"]["take_b"] is not None
 
         second = run_cli(*args)
-        assert len(a.requests) == 30 and len(b.requests) == 30  # nothing redone
+        assert len(a.requests) == 36 and len(b.requests) == 36  # nothing redone, not even the speed probe
         assert "step bf16: runs 1 (stored, reused: gsm8k)" in second.output
         assert "step broken: failed to start" in second.output
         assert "Cochran's Q" in second.output
