@@ -99,7 +99,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Literal, NoReturn
+from typing import Any, Callable, Iterable, Literal, NoReturn, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -793,7 +793,16 @@ class Limits:
         return self.timeout_s * self.wall_factor + 1.0
 
 
-def _bwrap_command(python: str) -> list[str]:
+def _sandbox_python() -> tuple[str, list[str]]:
+    """The base interpreter (programs run with -I -S, so no venv is needed) and the
+    binds that keep it visible when it lives under /tmp, which the sandbox hides."""
+    python = os.path.realpath(sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    binds = ["--ro-bind", prefix, prefix] if prefix == "/tmp" or prefix.startswith("/tmp/") else []
+    return python, binds
+
+
+def _bwrap_command(python: str, binds: Sequence[str] = ()) -> list[str]:
     """bubblewrap running the driver with `python`; everything read-only but a private /tmp."""
     return [
         "bwrap",
@@ -805,6 +814,7 @@ def _bwrap_command(python: str) -> list[str]:
         "ALL",
         "--ro-bind", "/", "/",
         "--tmpfs", "/tmp",
+        *binds,
         "--dev", "/dev",
         "--proc", "/proc",
         "--clearenv",
@@ -855,9 +865,8 @@ class _Worker:
     def __init__(self, isolation: Isolation) -> None:
         self.isolation = isolation
         self.workdir = tempfile.mkdtemp(prefix="evalsvc-sandbox-") if isolation == "process" else None
-        command = (
-            _bwrap_command(sys.executable) if isolation == "bwrap" else [sys.executable, "-I", "-S", "-c", _BOOTSTRAP]
-        )
+        python, binds = _sandbox_python()
+        command = _bwrap_command(python, binds) if isolation == "bwrap" else [python, "-I", "-S", "-c", _BOOTSTRAP]
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
