@@ -65,6 +65,11 @@ def open_store(db: str | None = None, migrate: bool = True) -> Store:
             upgrade_schema(engine)
         else:
             inspect(engine).get_table_names()
+    except ImportError as exc:
+        raise StoreError(
+            f"cannot open database {_redact(url)}: its driver is not installed ({exc.name}); "
+            "for PostgreSQL: pip install 'evalsvc[postgres]'"
+        ) from exc
     except (SQLAlchemyError, OSError) as exc:
         raise StoreError(f"cannot open database {_redact(url)}: {exc.__class__.__name__}: {_first_line(exc)}") from exc
     return Store(url=url, engine=engine, sessions=sessionmaker(engine, expire_on_commit=False))

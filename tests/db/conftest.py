@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from db.engine import Store, open_store
 
 PG_ENV = "EVALSVC_TEST_PG"
-DEFAULT_PG_URL = "postgresql+psycopg2://evalsvc:evalsvc@127.0.0.1:5432/evalsvc_test"
+DEFAULT_PG_URL = "postgresql+psycopg://evalsvc:evalsvc@127.0.0.1:5432/evalsvc_test"
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
