@@ -214,7 +214,9 @@ async def _score(task: Task, sample: Sample, completion: Completion) -> tuple[It
     if completion.error is not None:
         return None, completion
     try:
-        return await asyncio.to_thread(task.score, sample, completion), completion
+        if task.score_blocks:  # e.g. running tests in the sandbox
+            return await asyncio.to_thread(task.score, sample, completion), completion
+        return task.score(sample, completion), completion
     except Exception as exc:  # a scoring failure is an error row, never a wrong answer
         log.exception("scoring %s failed", sample.item_id)
         failed = Completion(**{**completion.__dict__, "error": f"scoring failed: {type(exc).__name__}: {exc}"})

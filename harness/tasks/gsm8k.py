@@ -107,6 +107,7 @@ class GSM8K:
 
     name = "gsm8k"
     workload = "math"
+    score_blocks = False  # a regex: cheaper inline than a thread hop
     default_template = "zeroshot-chat"
 
     def __init__(self) -> None:
@@ -120,7 +121,7 @@ class GSM8K:
     def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]:
         """The first `limit` test questions (400 when None), from `data`, $EVALSVC_GSM8K_DATA or the hub."""
         self._data = data or os.environ.get(DATA_ENV)
-        rows = load_split("test", self._data)[: DEFAULT_LIMIT if limit is None else limit]
+        rows = load_split("test", self._data, DEFAULT_LIMIT if limit is None else limit)
         return [self._to_sample(i, row) for i, row in enumerate(rows)]
 
     def score(self, sample: Sample, completion: Completion) -> ItemResult:
@@ -147,7 +148,7 @@ class GSM8K:
     def _few_shot_completion(self, sample: Sample) -> Request:
         if self._exemplars is None:
             # Exemplars come from the train split only, so no test item can leak into a prompt.
-            self._exemplars = load_split("train", self._data)[:N_SHOT]
+            self._exemplars = load_split("train", self._data, N_SHOT)
         prompt = _few_shot_prefix(self._exemplars) + f"Question: {sample.prompt}\nAnswer:"
         return Request(mode="completions", prompt=prompt, stop=("\n\nQuestion:", "\n\n\n"))
 
@@ -155,15 +156,16 @@ class GSM8K:
 # -- data loading -----------------------------------------------------------
 
 
-def load_split(split: str, data: str | None) -> list[dict[str, str]]:
-    """Rows of `split` from a local file or folder when given, else from the hub via `datasets`.
+def load_split(split: str, data: str | None, limit: int | None = None) -> list[dict[str, str]]:
+    """The first `limit` rows (all when None) of `split`, from a local file or folder
+    when given, else from the hub via `datasets`.
 
     `data` may be the test file itself (its sibling `train.*` is used for the
     train split) or a folder holding `test.jsonl`/`train.jsonl` (or parquet).
     """
     if data:
-        return _read_rows(_resolve_split_file(Path(data), split))
-    return _load_from_hub(split)
+        return _read_rows(_resolve_split_file(Path(data), split), limit)
+    return _load_from_hub(split)[:limit]
 
 
 def _resolve_split_file(path: Path, split: str) -> Path:
@@ -178,23 +180,25 @@ def _resolve_split_file(path: Path, split: str) -> Path:
     raise GSM8KDataError(f"no GSM8K {split} file next to {path}; put {split}.jsonl in {folder}")
 
 
-def _read_rows(path: Path) -> list[dict[str, str]]:
+def _read_rows(path: Path, limit: int | None) -> list[dict[str, str]]:
     if path.suffix == ".parquet":
         import pandas as pd
 
-        rows = pd.read_parquet(path).to_dict("records")
+        rows = pd.read_parquet(path).to_dict("records")[:limit]
     else:
-        rows = _read_jsonl(path)
+        rows = _read_jsonl(path, limit)
     for i, row in enumerate(rows):
         if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
             raise GSM8KDataError(f"{path} row {i + 1} lacks string fields 'question' and 'answer'")
     return rows
 
 
-def _read_jsonl(path: Path) -> list[dict[str, str]]:
-    rows = []
+def _read_jsonl(path: Path, limit: int | None) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
     with path.open(encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, start=1):
+            if limit is not None and len(rows) >= limit:
+                break  # rows past the subset are neither needed nor parsed
             if not line.strip():
                 continue
             try:

@@ -53,6 +53,7 @@ class HumanEval:
 
     name = "humaneval"
     workload = "code"
+    score_blocks = True  # runs the tests in the sandbox
     default_template = "chat-codeblock"
 
     def __init__(self, limits: Limits | None = None) -> None:
