@@ -12,7 +12,7 @@ The decision for a pair of steps, per workload:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 from sqlalchemy.orm import Session
@@ -126,6 +126,8 @@ class LengthRow:
     task: str
     step_a: str
     step_b: str
+    run_a: int
+    run_b: int
     answers_changed: int
     inflation: timing.LengthInflation
 
@@ -149,7 +151,7 @@ def length_rows(store: Store, comparisons: Sequence[compare.Comparison]) -> tupl
             changed = int((j.extracted_a.fillna("") != j.extracted_b.fillna("")).sum())
             inflation = timing.measure_length_inflation(
                 _tokens(j, "a"), _tokens(j, "b"), j.correct_a, j.correct_b, j.finish_reason_a, j.finish_reason_b)
-            rows.append(LengthRow(c.task, c.endpoint_a, c.endpoint_b, changed, inflation))
+            rows.append(LengthRow(c.task, c.endpoint_a, c.endpoint_b, c.run_a, c.run_b, changed, inflation))
     return tuple(rows)
 
 
@@ -214,9 +216,12 @@ def ladder_report_for(store: Store, endpoints: Sequence[str], baseline: str | No
                                            flip_rates={k: v for k, v in rates.items() if v is not None})
     previous = [e.comparison for e in accuracy.entries if e.kind == "previous"]
     pairs = sorted({(c.endpoint_a, c.endpoint_b) for c in previous}, key=lambda p: endpoints.index(p[1]))
-    decisions = tuple(decide_pair(store, a, b, [c for c in previous if (c.endpoint_a, c.endpoint_b) == (a, b)])
+    lengths = length_rows(store, previous)
+    # The decisions need the same length figures; hand them over rather than bootstrap them again.
+    known = {(r.run_a, r.run_b): r.inflation for r in lengths}
+    decisions = tuple(decide_pair(store, a, b, [c for c in previous if (c.endpoint_a, c.endpoint_b) == (a, b)], known)
                       for a, b in pairs)
-    return FullReport(accuracy=accuracy, decisions=decisions, lengths=length_rows(store, previous))
+    return FullReport(accuracy=accuracy, decisions=decisions, lengths=lengths)
 
 
 def _mean_rate(rates: dict[str, stats.FlipRate]) -> float | None:
@@ -251,18 +256,24 @@ class PairDecision:
         return {"step_a": self.step_a, "step_b": self.step_b, "workloads": [w.to_dict() for w in self.workloads]}
 
 
-def decide_pair(store: Store, a: str, b: str, comparisons: Sequence[compare.Comparison]) -> PairDecision:
-    """Per workload: take step B, stop at A, or say what evidence is missing."""
+def decide_pair(store: Store, a: str, b: str, comparisons: Sequence[compare.Comparison],
+                known: Mapping[tuple[int, int], timing.LengthInflation] | None = None) -> PairDecision:
+    """Per workload: take step B, stop at A, or say what evidence is missing.
+
+    `known` holds length figures already computed, keyed by (run A, run B).
+    """
     verdicts = {c.task: c for c in comparisons}
     with store.session() as session:
         ep_a, ep_b = queries.get_endpoint(session, a), queries.get_endpoint(session, b)
         out = []
         for workload in WORKLOADS:
-            out.append(_decide_workload(session, workload, ep_a, ep_b, verdicts))
+            out.append(_decide_workload(session, workload, ep_a, ep_b, verdicts, known or {}))
     return PairDecision(a, b, tuple(out))
 
 
-def _decide_workload(session: Session, workload: str, ep_a, ep_b, verdicts) -> WorkloadDecision:  # type: ignore[no-untyped-def]
+def _decide_workload(session: Session, workload: str, ep_a: Endpoint, ep_b: Endpoint,
+                     verdicts: Mapping[str, compare.Comparison],
+                     known: Mapping[tuple[int, int], timing.LengthInflation]) -> WorkloadDecision:
     task = next((t for t, w in TASK_WORKLOAD.items() if w == workload), None)
     if task is not None and task not in verdicts:
         return WorkloadDecision(workload, missing=f"no paired {task} runs of both steps")
@@ -271,10 +282,12 @@ def _decide_workload(session: Session, workload: str, ep_a, ep_b, verdicts) -> W
     speeds = [endpoint_speed(session, ep, workload) for ep in (ep_a, ep_b)]
     if any(isinstance(s, str) for s in speeds):
         return WorkloadDecision(workload, missing="; ".join(s for s in speeds if isinstance(s, str)))
+    inflation = None
     if task is not None:
         comparison = verdicts[task]
         verdict = compare.verdict_label(comparison)
         lengths = _paired_task_tokens(session, comparison)
+        inflation = known.get((comparison.run_a, comparison.run_b))
     else:
         comparison = min(verdicts.values(), key=lambda c: _VERDICT_RANK[c.verdict])
         verdict = compare.verdict_label(comparison)
@@ -282,7 +295,8 @@ def _decide_workload(session: Session, workload: str, ep_a, ep_b, verdicts) -> W
         if isinstance(lengths, str):
             return WorkloadDecision(workload, missing=lengths)
     tokens_a, tokens_b, correct_a, correct_b, finish_a, finish_b = lengths
-    inflation = timing.measure_length_inflation(tokens_a, tokens_b, correct_a, correct_b, finish_a, finish_b)
+    if inflation is None:
+        inflation = timing.measure_length_inflation(tokens_a, tokens_b, correct_a, correct_b, finish_a, finish_b)
     time_change = timing.compare_task_time(tokens_a, tokens_b, speeds[0], speeds[1])
     decision = timing.decide(workload, verdict, inflation, time_change)
     if task is None:
