@@ -282,7 +282,9 @@ def test_evaluate_form_runs_through_the_cli_in_the_background(
         summary = queries.summarize_runs(session, [run.id])[0]
     assert (summary.n, summary.correct) == (5, GOLD.count(7))
     assert len(fake_server.requests) == 5
-    # A fresh session (a reloaded browser tab) still sees the job and its finished run.
+    # A fresh session (a reloaded browser tab) still sees the job and its finished run. The run list
+    # is cached for RUNS_TTL_S across sessions of one server, so a reload may lag that long: wait it out.
+    time.sleep(data.RUNS_TTL_S)
     again = open_app(monkeypatch, db, "views/evaluate.py")
     assert any(m.value.startswith("**fake\\-step**: finished") for m in again.markdown)
     assert [p.proto.text for p in again.get("progress")] == [f"run {run.id} gsm8k: 5/5 items, 0 errors, complete"]
