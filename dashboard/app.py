@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import altair  # noqa: F401  (charts on several pages; imported once per server, with the app, not on first chart)
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 

@@ -87,9 +87,15 @@ def run_keys(runs: pd.DataFrame) -> dict[int, RunKey]:
     return {int(row["run_id"]): analysis.run_key(row) for row in rows}
 
 
-@st.cache_data(show_spinner=False, max_entries=512)
+@st.cache_resource(show_spinner=False, max_entries=512)
 def load_items(url: str, key: RunKey) -> pd.DataFrame:
-    """One row per item of a run (no texts), as `db.queries.items_frame` returns it."""
+    """One row per item of a run (no texts), as `db.queries.items_frame` returns it.
+
+    Shared, not copied: every caller gets the same frame, so none may modify
+    it in place (derive a new frame instead). A ladder page reads fifty runs
+    several times over, and copying each frame out of a data cache cost more
+    than the statistics on it.
+    """
     with get_store(url).session() as session:
         return queries.items_frame(session, key.run_id)
 
@@ -227,6 +233,7 @@ def report_for(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> compare.La
 DECISION_LENGTH_BOOT = 100
 
 
+@st.cache_data(show_spinner=False, max_entries=1024)
 def length_and_time(
     url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
     length_boot: int | None = None,
@@ -236,47 +243,38 @@ def length_and_time(
     `length_boot` sets the length interval's bootstrap resamples (default: the
     library's); the task-time interval always uses the library's default.
     """
-    length = length_change(url, key_a, key_b, length_boot)
-    if isinstance(length, str):
-        return None, None, length
+    runs = {key.run_id: (load_items(url, key), _info(url, key.run_id)) for key in (key_a, key_b)}
+    return _length_and_time(runs[key_a.run_id], runs[key_b.run_id], speed_a, speed_b, length_boot)
+
+
+RunData = tuple[pd.DataFrame, stats.RunInfo]
+
+
+def _length_and_time(
+    run_a: RunData, run_b: RunData, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
+    length_boot: int | None,
+) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
+    try:
+        paired = stats.pair_runs(run_a[0], run_b[0], run_a[1], run_b[1], force=True)
+    except stats.PairingError as exc:
+        return None, None, str(exc)
+    tokens_a, tokens_b = paired.values("completion_tokens")
+    boot = {} if length_boot is None else {"n_boot": length_boot}
+    try:
+        length = timing.measure_length_inflation(
+            tokens_a, tokens_b, *paired.correct(), *paired.values("finish_reason"), **boot)
+    except timing.TimingInputError as exc:
+        return None, None, str(exc)
     if speed_a is None or speed_b is None:
         return length, None, None
-    time = time_change(url, key_a, key_b, speed_a, speed_b)
-    if isinstance(time, str):
-        return length, None, time
-    return length, time, None
-
-
-@st.cache_data(show_spinner=False, max_entries=1024)
-def length_change(url: str, key_a: RunKey, key_b: RunKey, n_boot: int | None = None) -> timing.LengthInflation | str:
-    """Output-length change of B over A on paired items; or why it cannot be measured."""
-    result = pair(url, key_a, key_b, force=True, columns=LENGTH_ITEM_COLUMNS)
-    if result.comparison is None:
-        return str(result.error)
-    items = result.items
-    boot = {} if n_boot is None else {"n_boot": n_boot}
     try:
-        return timing.measure_length_inflation(
-            items["completion_tokens_a"], items["completion_tokens_b"], items["correct_a"], items["correct_b"],
-            items["finish_reason_a"], items["finish_reason_b"], **boot,
-        )
+        return length, timing.compare_task_time(tokens_a, tokens_b, speed_a, speed_b), None
     except timing.TimingInputError as exc:
-        return str(exc)
+        return length, None, str(exc)
 
 
-@st.cache_data(show_spinner=False, max_entries=1024)
-def time_change(
-    url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed, speed_b: timing.EndpointSpeed
-) -> timing.TaskTimeChange | str:
-    """Task-time change of B over A on paired items at the two speeds; or why it cannot be computed."""
-    result = pair(url, key_a, key_b, force=True, columns=LENGTH_ITEM_COLUMNS)
-    if result.comparison is None:
-        return str(result.error)
-    items = result.items
-    try:
-        return timing.compare_task_time(items["completion_tokens_a"], items["completion_tokens_b"], speed_a, speed_b)
-    except timing.TimingInputError as exc:
-        return str(exc)
+# One step-to-step decision to make: task, step A, step B, accuracy verdict, the two runs, the two speeds.
+DecisionInput = tuple[str, str, str, str, RunKey, RunKey, "timing.EndpointSpeed | None", "timing.EndpointSpeed | None"]
 
 
 def step_decisions(
@@ -286,29 +284,42 @@ def step_decisions(
     speeds = endpoint_speeds(url, tuple(steps))
     per_task = step_runs(runs, steps)
     entries = {(e.comparison.task, e.step_a, e.step_b): e for e in report.entries if e.kind == "previous"}
-    found = []
+    todo: list[DecisionInput] = []
     for task, per_step in per_task.items():
+        workload = analysis.workload_of(task)
         for a, b in zip(steps, steps[1:]):
             entry = entries.get((task, a, b))
             if entry is None or a not in per_step or b not in per_step:
                 continue
-            found.append(_decide(url, task, entry, per_step[a], per_step[b], speeds))
-    return found
+            todo.append((task, a, b, compare.verdict_label(entry.comparison), per_step[a], per_step[b],
+                         speeds.get(a, {}).get(workload), speeds.get(b, {}).get(workload)))
+    return _decisions(url, tuple(todo))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _decisions(url: str, todo: tuple[DecisionInput, ...]) -> list[StepDecision]:
+    """Every decision of a ladder in one cache entry, each run's items read once."""
+    loaded: dict[int, RunData] = {}
+
+    def run(key: RunKey) -> RunData:
+        if key.run_id not in loaded:
+            loaded[key.run_id] = (load_items(url, key), _info(url, key.run_id))
+        return loaded[key.run_id]
+
+    return [_decide(task, a, b, verdict, run(key_a), run(key_b), speed_a, speed_b)
+            for task, a, b, verdict, key_a, key_b, speed_a, speed_b in todo]
 
 
 def _decide(
-    url: str, task: str, entry: compare.LadderEntry, key_a: RunKey, key_b: RunKey,
-    speeds: dict[str, dict[str, timing.EndpointSpeed]],
+    task: str, step_a: str, step_b: str, verdict: str, run_a: RunData, run_b: RunData,
+    speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
 ) -> StepDecision:
     workload = analysis.workload_of(task)
-    verdict = compare.verdict_label(entry.comparison)
-    speed_a = speeds.get(entry.step_a, {}).get(workload)
-    speed_b = speeds.get(entry.step_b, {}).get(workload)
-    length, time, problem = length_and_time(url, key_a, key_b, speed_a, speed_b, DECISION_LENGTH_BOOT)
-    base = dict(workload=workload, task=task, step_a=entry.step_a, step_b=entry.step_b, verdict=verdict)
+    length, time, problem = _length_and_time(run_a, run_b, speed_a, speed_b, DECISION_LENGTH_BOOT)
+    base = dict(workload=workload, task=task, step_a=step_a, step_b=step_b, verdict=verdict)
     token_ratio = length.all_items.ratio_of_means if length else None
     if length is None or time is None:
-        missing = [s for s, speed in ((entry.step_a, speed_a), (entry.step_b, speed_b)) if speed is None]
+        missing = [s for s, speed in ((step_a, speed_a), (step_b, speed_b)) if speed is None]
         why = problem or f"no {workload} speed stored for {', '.join(missing)}; run `evalsvc speed`"
         return StepDecision(**base, take_b=None, reason=f"accuracy {verdict}; {why}", token_ratio=token_ratio,
                             speed_ratio=None, time_ratio=None, time_ci=None)

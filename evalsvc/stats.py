@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -102,23 +103,42 @@ class DropCounts:
 
 @dataclass(frozen=True, eq=False)
 class Paired:
-    """Items both runs answered, one row each, columns suffixed `_a` / `_b`.
+    """Items both runs answered, in item-id order.
 
-    `items` keeps `item_id`, `item_hash` and `reference` unsuffixed.
+    `at_a` and `at_b` are the row positions of the paired items in each run's
+    items frame. `items` is one row per pair, columns suffixed `_a` / `_b`
+    except `item_id`, `item_hash` and `reference`; it is built on first use,
+    since the 2x2 table (`paired_table`) needs only the correctness columns.
     `differences` lists the settings that differ; it is non-empty only when
     the pairing was forced.
     """
 
     a_info: RunInfo
     b_info: RunInfo
-    items: pd.DataFrame
-    dropped: DropCounts
+    a_items: pd.DataFrame = field(repr=False)
+    b_items: pd.DataFrame = field(repr=False)
+    at_a: np.ndarray = field(repr=False)
+    at_b: np.ndarray = field(repr=False)
+    dropped: DropCounts = field(default_factory=lambda: DropCounts(0, 0, 0, 0, 0))
     forced: bool = False
     differences: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
-        return len(self.items)
+        return len(self.at_a)
+
+    @cached_property
+    def items(self) -> pd.DataFrame:
+        return _side_by_side(self.a_items.iloc[self.at_a], self.b_items.iloc[self.at_b])
+
+    def values(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """One column of A's and of B's items on the paired items, as aligned arrays."""
+        return self.a_items[column].to_numpy()[self.at_a], self.b_items[column].to_numpy()[self.at_b]
+
+    def correct(self) -> tuple[np.ndarray, np.ndarray]:
+        """Correctness of A and of B on the paired items, as aligned boolean arrays."""
+        a, b = self.values("correct")
+        return np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
 
 
 class Table2x2(NamedTuple):
@@ -206,13 +226,14 @@ def pair_runs(
     differences = settings_differences(a_info, b_info)
     if differences and not force:
         raise SettingsMismatch(_mismatch_message(a_info, b_info, differences), differences)
-    items, dropped = join_items(a_items, b_items)
-    if items.empty:
+    at_a, at_b, dropped = match_items(a_items, b_items)
+    if not len(at_a):
         raise PairingError(
             f"{a_info.label} and {b_info.label} share no error-free item with the same content "
             f"(dropped: {format_drops(dropped)})"
         )
-    return Paired(a_info, b_info, items, dropped, forced=bool(differences), differences=differences)
+    return Paired(a_info, b_info, a_items, b_items, at_a, at_b, dropped, forced=bool(differences),
+                  differences=differences)
 
 
 def settings_differences(a_info: RunInfo, b_info: RunInfo) -> tuple[str, ...]:
@@ -249,40 +270,77 @@ def format_drops(dropped: DropCounts) -> str:
 
 def join_items(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[pd.DataFrame, DropCounts]:
     """Inner-join two items frames on `item_id`, keeping error-free items
-    with equal `item_hash`, and count what was dropped and why."""
+    with equal `item_hash`, and count what was dropped and why.
+
+    The kept rows come sorted by item id. Columns both frames carry get the
+    suffixes `_a` and `_b`, except `item_hash` (equal on kept rows) and
+    `reference` (taken from A).
+    """
+    at_a, at_b, dropped = match_items(a_items, b_items)
+    return _side_by_side(a_items.iloc[at_a], b_items.iloc[at_b]), dropped
+
+
+def match_items(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, DropCounts]:
+    """Row positions in A and in B of the items `join_items` keeps, in item-id order, and the drop counts.
+
+    Array work only: a ladder report pairs a hundred runs, and building a
+    joined frame for each (a pandas merge) cost most of its time.
+    """
     for name, frame in (("A", a_items), ("B", b_items)):
         _check_items_frame(name, frame)
-    merged = a_items.merge(b_items, on="item_id", how="outer", suffixes=("_a", "_b"), indicator=True)
-    missing_in_a = merged["_merge"] == "right_only"
-    missing_in_b = merged["_merge"] == "left_only"
-    both = merged["_merge"] == "both"
-    error_a = both & (merged["status_a"] != "ok")
-    error_b = both & ~error_a & (merged["status_b"] != "ok")
-    usable = both & ~error_a & ~error_b
-    mismatch = usable & (merged["item_hash_a"] != merged["item_hash_b"])
+    ids_a, ids_b = _objects(a_items["item_id"]), _objects(b_items["item_id"])
+    try:
+        common, at_a, at_b = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
+    except TypeError as exc:  # ids of types that do not sort together
+        raise PairingError(f"item ids of the two runs cannot be matched: {exc}") from exc
+    error_a = _objects(a_items["status"])[at_a] != "ok"
+    error_b = ~error_a & (_objects(b_items["status"])[at_b] != "ok")
+    usable = ~error_a & ~error_b
+    hash_a, hash_b = _objects(a_items["item_hash"])[at_a], _objects(b_items["item_hash"])[at_b]
+    mismatch = usable & ~_same(hash_a, hash_b)
     dropped = DropCounts(
-        int(missing_in_a.sum()), int(missing_in_b.sum()), int(error_a.sum()), int(error_b.sum()), int(mismatch.sum())
+        len(ids_b) - len(common), len(ids_a) - len(common), int(error_a.sum()), int(error_b.sum()), int(mismatch.sum())
     )
-    kept = merged[usable & ~mismatch].drop(columns=["_merge"])
-    return _tidy_joined(kept), dropped
+    keep = usable & ~mismatch
+    return at_a[keep], at_b[keep], dropped
+
+
+def _objects(column: pd.Series) -> np.ndarray:
+    """A column as Python objects, missing values as None."""
+    return column.to_numpy(dtype=object, na_value=None)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise equality where a missing value equals nothing, as in pandas."""
+    present = ~(pd.isna(a) | pd.isna(b))
+    same = np.zeros(len(a), dtype=bool)
+    same[present] = a[present] == b[present]
+    return same
 
 
 def _check_items_frame(name: str, frame: pd.DataFrame) -> None:
     missing = [column for column in _REQUIRED_COLUMNS if column not in frame.columns]
     if missing:
         raise PairingError(f"items frame of run {name} lacks columns: {', '.join(missing)}")
+    if frame["item_id"].is_unique:
+        return
     duplicated = frame["item_id"][frame["item_id"].duplicated()]
     if not duplicated.empty:
         raise PairingError(f"items frame of run {name} has repeated item ids, e.g. {duplicated.iloc[0]!r}")
 
 
-def _tidy_joined(kept: pd.DataFrame) -> pd.DataFrame:
-    tidy = kept.rename(columns={"item_hash_a": "item_hash"}).drop(columns=["item_hash_b"])
+def _side_by_side(a_rows: pd.DataFrame, b_rows: pd.DataFrame) -> pd.DataFrame:
+    """Aligned rows of A and B as one frame, shared columns suffixed."""
+    shared = (set(a_rows.columns) & set(b_rows.columns)) - {"item_id"}
+    a_part = a_rows.reset_index(drop=True).rename(columns={c: f"{c}_a" for c in shared})
+    b_part = b_rows.drop(columns=["item_id"]).reset_index(drop=True).rename(columns={c: f"{c}_b" for c in shared})
+    tidy = pd.concat([a_part, b_part], axis=1)
+    tidy = tidy.rename(columns={"item_hash_a": "item_hash"}).drop(columns=["item_hash_b"])
     if "reference_a" in tidy.columns:
         tidy = tidy.rename(columns={"reference_a": "reference"})
     tidy["correct_a"] = tidy["correct_a"].astype(bool)
     tidy["correct_b"] = tidy["correct_b"].astype(bool)
-    return tidy.sort_values("item_id").reset_index(drop=True)
+    return tidy
 
 
 # --- the 2x2 table and McNemar ----------------------------------------------
@@ -299,7 +357,7 @@ def table_2x2(correct_a: Sequence[bool] | pd.Series, correct_b: Sequence[bool] |
 
 def paired_table(paired: Paired) -> Table2x2:
     """The 2x2 table of a pairing."""
-    return table_2x2(paired.items["correct_a"], paired.items["correct_b"])
+    return table_2x2(*paired.correct())
 
 
 def mcnemar_exact_p(a_only: int, b_only: int) -> float:
@@ -451,21 +509,30 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
 
 def align_steps(items_frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Correctness of the items every run answered without error, with the
-    same content in all runs: index item_id, one boolean column per run."""
+    same content in all runs: index item_id (sorted), one boolean column per run."""
     if not items_frames:
         raise ValueError("no runs to align")
-    kept = None
-    columns = []
+    answered = []
     for position, frame in enumerate(items_frames):
         _check_items_frame(str(position), frame)
-        ok = frame.loc[frame["status"] == "ok", ["item_id", "item_hash", "correct"]]
-        ok = ok.rename(columns={"correct": position, "item_hash": f"hash_{position}"})
-        kept = ok if kept is None else kept.merge(ok, on="item_id", how="inner")
-        columns.append(position)
-    hashes = kept[[f"hash_{position}" for position in columns]]
-    same = hashes.eq(hashes.iloc[:, 0], axis=0).all(axis=1)
-    aligned = kept.loc[same].set_index("item_id")[columns].astype(bool)
-    return aligned.sort_index()
+        ok = _objects(frame["status"]) == "ok"
+        answered.append((_objects(frame["item_id"])[ok], _objects(frame["item_hash"])[ok],
+                         np.asarray(frame["correct"].to_numpy()[ok], dtype=bool)))
+    common = answered[0][0]
+    for ids, _, _ in answered[1:]:
+        common = np.intersect1d(common, ids, assume_unique=True)
+    common = np.sort(common)
+    same = np.ones(len(common), dtype=bool)
+    columns = []
+    first_hash = None
+    for ids, hashes, correct in answered:
+        _, _, at = np.intersect1d(common, ids, assume_unique=True, return_indices=True)
+        first_hash = hashes[at] if first_hash is None else first_hash
+        same &= _same(first_hash, hashes[at])
+        columns.append(correct[at])
+    aligned = pd.DataFrame({position: column[same] for position, column in enumerate(columns)},
+                           index=pd.Index(common[same], name="item_id"))
+    return aligned
 
 
 def cochran_q(correct: pd.DataFrame | np.ndarray) -> CochranQ:

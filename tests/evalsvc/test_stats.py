@@ -328,6 +328,25 @@ def test_align_steps_keeps_items_every_step_answered_alike() -> None:
     assert aligned.to_numpy().tolist() == [[True, False, True], [False, True, False]]
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_align_steps_agrees_with_plain_merges_on_random_runs(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    frames = []
+    for _ in range(4):
+        ids = [f"q{i}" for i in rng.permutation(40) if rng.random() < 0.9]
+        frames.append(items_frame([(item, f"h{item}" if rng.random() < 0.95 else "hX",
+                                    "ok" if rng.random() < 0.9 else "error", bool(rng.random() < 0.5)) for item in ids]))
+    expected = None
+    for position, frame in enumerate(frames):
+        ok = frame[frame["status"] == "ok"][["item_id", "item_hash", "correct"]]
+        ok = ok.rename(columns={"correct": position, "item_hash": f"hash_{position}"})
+        expected = ok if expected is None else expected.merge(ok, on="item_id")
+    hashes = expected[[f"hash_{position}" for position in range(4)]]
+    expected = expected[hashes.eq(hashes["hash_0"], axis=0).all(axis=1)].set_index("item_id")[list(range(4))]
+    pd.testing.assert_frame_equal(stats.align_steps(frames), expected.sort_index(), check_dtype=False,
+                                  check_index_type=False, check_column_type=False)
+
+
 # --- pairing ------------------------------------------------------------------------
 
 
@@ -353,6 +372,48 @@ def test_pair_runs_counts_each_drop_reason() -> None:
     assert paired.n + paired.dropped.total == 9
     assert not paired.forced
     assert stats.paired_table(paired) == Table2x2(both_correct=1, a_only=1, b_only=1, neither=1)
+
+
+def merge_reference(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[pd.DataFrame, DropCounts]:
+    """The pairing rule written plainly with a pandas outer merge, to check the fast join against."""
+    merged = a_items.merge(b_items, on="item_id", how="outer", suffixes=("_a", "_b"), indicator=True)
+    both = merged["_merge"] == "both"
+    error_a = both & (merged["status_a"] != "ok")
+    error_b = both & ~error_a & (merged["status_b"] != "ok")
+    usable = both & ~error_a & ~error_b
+    mismatch = usable & (merged["item_hash_a"] != merged["item_hash_b"])
+    dropped = DropCounts(int((merged["_merge"] == "right_only").sum()), int((merged["_merge"] == "left_only").sum()),
+                         int(error_a.sum()), int(error_b.sum()), int(mismatch.sum()))
+    kept = merged[usable & ~mismatch].drop(columns=["_merge", "item_hash_b"])
+    kept = kept.rename(columns={"item_hash_a": "item_hash", "reference_a": "reference"})
+    return kept.sort_values("item_id").reset_index(drop=True), dropped
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_join_items_agrees_with_a_plain_merge_on_random_runs(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+
+    def random_run(run_id: int) -> pd.DataFrame:
+        ids = [f"q{i}" for i in rng.permutation(60) if rng.random() < 0.8]  # unsorted, some missing
+        rows = [(item, f"h{item}" if rng.random() < 0.9 else "hX", "ok" if rng.random() < 0.85 else "error",
+                 bool(rng.random() < 0.6)) for item in ids]
+        return items_frame(rows, run_id=run_id, endpoint=f"ep{run_id}")
+
+    a_items, b_items = random_run(1), random_run(2)
+    joined, dropped = stats.join_items(a_items, b_items)
+    expected, expected_dropped = merge_reference(a_items, b_items)
+    assert dropped == expected_dropped
+    assert list(joined.columns) == list(expected.columns)
+    pd.testing.assert_frame_equal(joined, expected, check_dtype=False)
+
+
+def test_join_items_treats_a_missing_hash_as_changed_content() -> None:
+    a_items = items_frame([("q1", "h1", "ok", True), ("q2", "h2", "ok", True)])
+    b_items = items_frame([("q1", "h1", "ok", False), ("q2", "h2", "ok", True)])
+    a_items.loc[1, "item_hash"] = None
+    joined, dropped = stats.join_items(a_items, b_items)
+    assert list(joined["item_id"]) == ["q1"]
+    assert dropped.hash_mismatch == 1
 
 
 def test_pair_runs_refuses_different_settings_and_says_what_differs() -> None:

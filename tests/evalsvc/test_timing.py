@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from evalsvc import timing
 from evalsvc.timing import (
     TASK_TIME_MODEL,
     EndpointSpeed,
@@ -404,3 +405,24 @@ def test_too_few_speed_samples_are_refused() -> None:
         EndpointSpeed.from_samples(samples, source="endpoint q4")
     with pytest.raises(TimingInputError, match="must be positive"):
         EndpointSpeed.by_hand(0.0, source="guess")
+
+
+def test_bootstrap_means_equal_averaging_the_drawn_values() -> None:
+    """The count-matrix shortcut gives the means of the drawn indices: exactly on integer token counts."""
+    tokens = np.random.default_rng(8).integers(0, 900, size=(300, 2)).astype(float)
+    drawn = np.random.default_rng(4).integers(0, 300, size=(700, 300))
+    means = timing._resampled_means(np.random.default_rng(4), [tokens[:, 0], tokens[:, 1]], 700)
+    for column in range(2):
+        assert np.array_equal(means[column], tokens[drawn, column].mean(axis=1))
+
+
+def test_remembered_draws_change_no_result_and_leave_the_generator_where_drawing_would() -> None:
+    a = np.random.default_rng(1).integers(10, 400, 123).astype(float)
+    fresh, repeat = np.random.default_rng(6), np.random.default_rng(6)
+    first = timing._resampled_means(fresh, [a, a + 3], 1500)
+    second = timing._resampled_means(repeat, [a, a + 3], 1500)  # served from the memo
+    assert all(np.array_equal(x, y) for x, y in zip(first, second))
+    assert fresh.bit_generator.state == repeat.bit_generator.state
+    expected = np.random.default_rng(6)
+    expected.integers(0, 123, size=(1500, 123))
+    assert repeat.random() == expected.random()
