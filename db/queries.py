@@ -171,25 +171,27 @@ def save_items(bind: Session | Connection, run_id: int, rows: list[dict[str, Any
     `bind` is a Session or, cheaper for a stream of writes, a Connection of
     its own. An item already stored as ok (by a resumed copy of this run
     running at the same time) is kept and the new row for it dropped: one row
-    per item, always.
+    per item, always. The plain insert is tried first; the uniqueness
+    constraint tells when some item already has a row, and only then are
+    error rows deleted and the insert redone without the taken items.
     """
     if not rows:
         return
     conn = bind.connection() if isinstance(bind, Session) else bind
-    conn.execute(_DELETE_ERROR_ROWS, {"run_id": run_id, "item_ids": [row["item_id"] for row in rows]})
     try:
         conn.execute(_INSERT_ITEMS, rows)
         bind.commit()
     except IntegrityError:
         bind.rollback()
-        _save_new_rows_only(bind, run_id, rows)
+        _replace_error_rows(bind, run_id, rows)
 
 
-def _save_new_rows_only(bind: Session | Connection, run_id: int, rows: list[dict[str, Any]]) -> None:
+def _replace_error_rows(bind: Session | Connection, run_id: int, rows: list[dict[str, Any]]) -> None:
     conn = bind.connection() if isinstance(bind, Session) else bind
-    query = select(_ITEMS.c.item_id).where(_ITEMS.c.run_id == run_id,
-                                           _ITEMS.c.item_id.in_([r["item_id"] for r in rows]))
-    taken = set(conn.execute(query).scalars())
+    item_ids = [row["item_id"] for row in rows]
+    conn.execute(_DELETE_ERROR_ROWS, {"run_id": run_id, "item_ids": item_ids})
+    query = select(_ITEMS.c.item_id).where(_ITEMS.c.run_id == run_id, _ITEMS.c.item_id.in_(item_ids))
+    taken = set(conn.execute(query).scalars())  # ok rows: they stay
     fresh = [row for row in rows if row["item_id"] not in taken]
     if fresh:
         conn.execute(_INSERT_ITEMS, fresh)

@@ -154,6 +154,25 @@ def test_error_row_is_replaced_by_a_later_success_and_never_duplicated(store: St
     assert [(i.status, i.correct, i.completion) for i in items] == [("ok", False, "The answer is 5.")]
 
 
+def test_one_batch_stores_new_items_replaces_error_rows_and_keeps_ok_rows(store: Store) -> None:
+    run_id = make_run(store)
+    errored, done, new = (sample(item_id=f"gsm8k/test/000{i}") for i in range(3))
+    save(store, run_id, errored, Completion(error="POST x: HTTP 503", attempts=4), None)
+    save(store, run_id, done, Completion(text="The answer is 4."), ItemResult(passed=True, extracted="4"))
+    request = Request(mode="chat", messages=({"role": "user", "content": "What is 2+2?"},))
+    batch = [queries.item_values(run_id, s, request, Completion(text=f"again {s.item_id}"),
+                                 ItemResult(passed=False, extracted="5")) for s in (errored, done, new)]
+    with store.engine.connect() as conn:
+        queries.save_items(conn, run_id, batch)
+    with store.session() as session:
+        items = queries.get_items(session, run_id)
+    assert [(i.item_id, i.status, i.completion) for i in items] == [
+        ("gsm8k/test/0000", "ok", "again gsm8k/test/0000"),
+        ("gsm8k/test/0001", "ok", "The answer is 4."),
+        ("gsm8k/test/0002", "ok", "again gsm8k/test/0002"),
+    ]
+
+
 @pytest.mark.parametrize("name", SQL_NAMES)
 def test_sql_looking_strings_are_stored_verbatim(store: Store, name: str) -> None:
     run_id = make_run(store, endpoint=name)
