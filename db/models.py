@@ -53,6 +53,8 @@ class Run(Base):
     error: Mapped[Optional[str]] = mapped_column(Text)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    # Written every few seconds while a runner works on the run; a "running" run whose beat stops has died.
+    heartbeat_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
 
     endpoint: Mapped[Endpoint] = relationship(back_populates="runs")
 

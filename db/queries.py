@@ -7,10 +7,10 @@ statistics and the dashboard.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Integer, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Integer, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -119,10 +119,11 @@ def open_run(session: Session, endpoint: Endpoint, fields: dict[str, Any], new_r
     if existing is not None and not new_repeat:
         existing.status = "running"
         existing.finished_at = None
+        existing.heartbeat_at = utcnow()
         session.flush()
         return existing, True
     repeat = 0 if existing is None else existing.repeat + 1
-    run = Run(endpoint_id=endpoint.id, repeat=repeat, status="running", **fields)
+    run = Run(endpoint_id=endpoint.id, repeat=repeat, status="running", heartbeat_at=utcnow(), **fields)
     session.add(run)
     session.flush()
     return run, False
@@ -135,6 +136,28 @@ def finish_run(session: Session, run_id: int, status: str, error: str | None = N
     run.error = error
     run.finished_at = utcnow()
     session.commit()
+
+
+# A runner beats every HEARTBEAT_S seconds; a "running" run with no beat for STALLED_AFTER_S reads as "stalled":
+# its runner died (kill -9, power loss, OOM) without recording it. Running the same command again resumes it.
+HEARTBEAT_S = 10.0
+STALLED_AFTER_S = 60.0
+
+
+def beat(conn: Connection, run_id: int) -> None:
+    """Record that a runner is alive and working on the run."""
+    conn.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(heartbeat_at=utcnow()))
+    conn.commit()
+
+
+def shown_status(status: str, heartbeat_at: datetime | None, now: datetime | None = None) -> str:
+    """The stored status, or "stalled" for a running run whose runner stopped beating."""
+    if status != "running" or heartbeat_at is None:
+        return status
+    if heartbeat_at.tzinfo is None:  # SQLite hands back naive datetimes; they were written in UTC
+        heartbeat_at = heartbeat_at.replace(tzinfo=timezone.utc)
+    silent = ((now or utcnow()) - heartbeat_at).total_seconds()
+    return "stalled" if silent > STALLED_AFTER_S else status
 
 
 def done_item_ids(session: Session, run_id: int) -> set[str]:
@@ -303,7 +326,7 @@ def _summary(row: Any) -> RunSummary:
         endpoint=row.name,
         task=run.task,
         template=run.template,
-        status=run.status,
+        status=shown_status(run.status, run.heartbeat_at),
         n_items=run.n_items,
         n=n,
         correct=correct,

@@ -202,12 +202,25 @@ async def _evaluate(
         bar.update(1)
 
     writing = asyncio.create_task(writer.run())
+    beating = asyncio.create_task(_heartbeat(writer_conn, run_id))
     try:
         await asyncio.gather(*(one(s) for s in pending))
     finally:
+        beating.cancel()
         writing.cancel()
         writer_conn.close()
         bar.close()
+
+
+async def _heartbeat(conn: Connection, run_id: int) -> None:
+    """Beat every `queries.HEARTBEAT_S` until cancelled; on the writer's connection, between its commits."""
+    while True:
+        await asyncio.sleep(queries.HEARTBEAT_S)
+        try:
+            queries.beat(conn, run_id)
+        except Exception as exc:  # a missed beat must not stop the run; the next one tries again
+            conn.rollback()
+            log.warning("run %d: heartbeat not recorded: %s", run_id, exc)
 
 
 async def _score(task: Task, sample: Sample, completion: Completion) -> tuple[ItemResult | None, Completion]:

@@ -49,7 +49,7 @@ def job_runs(runs: pd.DataFrame, job: background.Job) -> pd.DataFrame:
     tasks = list(TASK_NAMES) if len(job.tasks) > 1 else list(job.tasks)
     mine = runs[(runs["endpoint"] == job.endpoint) & runs["task"].isin(tasks)]
     started = pd.Timestamp(job.started_at, unit="s", tz="UTC") - pd.Timedelta(seconds=5)
-    recent = mine[(mine["status"] == "running") | (mine["finished_at"] >= started)]
+    recent = mine[mine["status"].isin(["running", "stalled"]) | (mine["finished_at"] >= started)]
     return recent.sort_values("run_id").groupby("task").tail(1)
 
 
@@ -86,6 +86,12 @@ def render_progress(url: str) -> None:
     if not running.empty:
         st.subheader("Runs being written")
         st.table(running[["run_id", "endpoint", "task", "n", "n_items", "errors"]].set_index("run_id"))
+    stalled = runs[runs["status"] == "stalled"]
+    if not stalled.empty:
+        st.subheader("Stalled runs")
+        st.caption("Their runner stopped without recording it (killed, out of memory, machine down). Finished items "
+                   "are stored; the same `evalsvc run` command resumes the run.")
+        st.table(stalled[["run_id", "endpoint", "task", "n", "n_items", "errors"]].set_index("run_id"))
 
 
 def main() -> None:
