@@ -138,10 +138,8 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.Endpoi
 
 # --- pairs ----------------------------------------------------------------------------
 
-# All a ladder report reads of an item (pairing, drop counts, 2x2 tables, Cochran's Q); a narrow frame joins faster.
-REPORT_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct")
-# All the length and task-time figures and charts read of an item.
-LENGTH_ITEM_COLUMNS = (*REPORT_ITEM_COLUMNS, "completion_tokens", "finish_reason")
+# All the length and task-time charts read of an item: a pair's joined frame (cached, so copied) keeps only these.
+LENGTH_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct", "completion_tokens", "finish_reason")
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,15 +202,12 @@ def step_runs(runs: pd.DataFrame, steps: Sequence[str]) -> dict[str, dict[str, R
     return found
 
 
-
-
 @st.cache_data(show_spinner=False, max_entries=32)
 def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, RunKey], ...]) -> compare.LadderReport | str:
     """Every step against the previous one and the baseline, Holm-adjusted; or why not."""
     by_step: dict[str, list[compare.StepRun]] = {step: [] for step in steps}
     for step, _task, key in keys:
-        items = load_items(url, key)
-        by_step[step].append(compare.StepRun(_info(url, key.run_id), items[list(REPORT_ITEM_COLUMNS)]))
+        by_step[step].append(compare.StepRun(_info(url, key.run_id), load_items(url, key)))
     ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
     try:
         return compare.build_ladder_report(ladder)
