@@ -78,6 +78,7 @@ class EndpointClient:
         self.base_url = normalize_base_url(base_url)
         self.model = model
         self.retry = retry
+        self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         # Loading the CA bundle costs ~50 ms per client; a plain-http endpoint never uses it.
@@ -186,8 +187,13 @@ class EndpointClient:
         # ASCII-escaped JSON: a lone surrogate in a prompt is sent as an escape instead of failing to encode.
         content = json.dumps(body).encode("ascii")
         try:
-            async with self._http.stream("POST", url, content=content, headers=_JSON_HEADERS) as resp:
-                data = await _read_capped(resp, url)
+            # httpx's timeout bounds each read; this bounds the whole request, so a server trickling bytes cannot
+            # hold an item past `timeout_s`.
+            async with asyncio.timeout(self.timeout_s):
+                async with self._http.stream("POST", url, content=content, headers=_JSON_HEADERS) as resp:
+                    data = await _read_capped(resp, url)
+        except TimeoutError:
+            raise RequestFailed(f"POST {url}: no complete response within {self.timeout_s:g} s", retryable=True) from None
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise RequestFailed(f"POST {url}: {_describe(exc)}", retryable=True) from exc
         if resp.status_code == 429 or resp.status_code >= 500:

@@ -32,7 +32,8 @@ def task_list(task: str) -> list[str]:
 @click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=DecodingSettings().seed, show_default=True, type=int)
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
-@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float, help="Seconds per request.")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float,
+              help="Seconds each attempt at a request may take in all, reading the reply included.")
 @click.option("--api-key", envvar="EVALSVC_API_KEY", help="Bearer token, if the endpoint needs one.")
 @click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")
 @click.option("--resume/--no-resume", default=True, show_default=True, help="Continue a stored run with the same identity.")
