@@ -100,10 +100,20 @@ def load_items(url: str, key: RunKey) -> pd.DataFrame:
         return queries.items_frame(session, key.run_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=1024)
-def step_row(url: str, step: str, key: RunKey, summary: dict[str, Any]) -> dict[str, Any]:
-    """One ladder-table row (`analysis.step_row`) of a run's summary and items."""
-    return analysis.step_row(step, summary, load_items(url, key))
+RunData = tuple[pd.DataFrame, stats.RunInfo]
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, RunData]:
+    """Items and settings of many runs (a ladder's), in two queries: run id -> (items, info).
+
+    Shared and not copied, like `load_items`. Runs without items are left out.
+    """
+    ids = [key.run_id for key in keys]
+    with get_store(url).session() as session:
+        frames = queries.items_frames(session, ids)
+        runs = queries.get_runs(session, ids)
+        return {run_id: (frame, reports.run_info(runs[run_id])) for run_id, frame in frames.items() if run_id in runs}
 
 
 def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
@@ -202,12 +212,20 @@ def step_runs(runs: pd.DataFrame, steps: Sequence[str]) -> dict[str, dict[str, R
     return found
 
 
+def ladder_keys(per_task: dict[str, dict[str, RunKey]]) -> tuple[RunKey, ...]:
+    """The runs of a ladder (`step_runs`), in the order every reader of `load_ladder` passes them."""
+    return tuple(key for per_step in per_task.values() for key in per_step.values())
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, RunKey], ...]) -> compare.LadderReport | str:
     """Every step against the previous one and the baseline, Holm-adjusted; or why not."""
     by_step: dict[str, list[compare.StepRun]] = {step: [] for step in steps}
+    loaded = load_ladder(url, tuple(key for _, _, key in keys))
     for step, _task, key in keys:
-        by_step[step].append(compare.StepRun(_info(url, key.run_id), load_items(url, key)))
+        if key.run_id in loaded:
+            items, info = loaded[key.run_id]
+            by_step[step].append(compare.StepRun(info, items))
     ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
     try:
         return compare.build_ladder_report(ladder)
@@ -240,9 +258,6 @@ def length_and_time(
     """
     runs = {key.run_id: (load_items(url, key), _info(url, key.run_id)) for key in (key_a, key_b)}
     return _length_and_time(runs[key_a.run_id], runs[key_b.run_id], speed_a, speed_b, length_boot)
-
-
-RunData = tuple[pd.DataFrame, stats.RunInfo]
 
 
 def _length_and_time(
@@ -288,20 +303,14 @@ def step_decisions(
                 continue
             todo.append((task, a, b, compare.verdict_label(entry.comparison), per_step[a], per_step[b],
                          speeds.get(a, {}).get(workload), speeds.get(b, {}).get(workload)))
-    return _decisions(url, tuple(todo))
+    return _decisions(url, ladder_keys(per_task), tuple(todo))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _decisions(url: str, todo: tuple[DecisionInput, ...]) -> list[StepDecision]:
-    """Every decision of a ladder in one cache entry, each run's items read once."""
-    loaded: dict[int, RunData] = {}
-
-    def run(key: RunKey) -> RunData:
-        if key.run_id not in loaded:
-            loaded[key.run_id] = (load_items(url, key), _info(url, key.run_id))
-        return loaded[key.run_id]
-
-    return [_decide(task, a, b, verdict, run(key_a), run(key_b), speed_a, speed_b)
+def _decisions(url: str, ladder_keys: tuple[RunKey, ...], todo: tuple[DecisionInput, ...]) -> list[StepDecision]:
+    """Every decision of a ladder in one cache entry, on the runs the ladder report read."""
+    loaded = load_ladder(url, ladder_keys)
+    return [_decide(task, a, b, verdict, loaded[key_a.run_id], loaded[key_b.run_id], speed_a, speed_b)
             for task, a, b, verdict, key_a, key_b, speed_a, speed_b in todo]
 
 

@@ -75,16 +75,19 @@ def render_ship(steps: Sequence[str], decisions: Sequence[StepDecision]) -> None
 
 def task_table(
     url: str, runs: pd.DataFrame, task: str, per_step: dict[str, analysis.RunKey],
-    decisions: Sequence[StepDecision], speeds: dict[str, dict[str, timing.EndpointSpeed]],
+    ladder_keys: tuple[analysis.RunKey, ...], decisions: Sequence[StepDecision],
+    speeds: dict[str, dict[str, timing.EndpointSpeed]],
 ) -> pd.DataFrame:
     """The ladder table of one task, as display strings."""
     workload = analysis.workload_of(task)
     by_b = {d.step_b: d for d in decisions if d.task == task}
     summaries = runs.set_index("run_id", drop=False)[list(SUMMARY_COLUMNS)].to_dict("index")
+    loaded = data.load_ladder(url, ladder_keys)
     rows = []
     for step, key in per_step.items():
         summary = summaries[key.run_id]
-        row = data.step_row(url, step, key, summary)
+        items = loaded[key.run_id][0] if key.run_id in loaded else data.load_items(url, key)
+        row = analysis.step_row(step, summary, items)
         speed = speeds.get(step, {}).get(workload)
         d = by_b.get(step)
         rows.append({
@@ -145,7 +148,7 @@ def main() -> None:
     per_task = data.step_runs(runs, steps)
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")
-        st.dataframe(task_table(url, runs, task, per_step, decisions, speeds))
+        st.dataframe(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
     st.caption("Accuracy intervals are Wilson 95%. " + timing.TASK_TIME_MODEL)
     if per_task:
         st.altair_chart(ladder_chart(runs, per_task, steps, speeds))
