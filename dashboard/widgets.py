@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -153,3 +154,9 @@ _MARKDOWN_SPECIAL = "\\`*_{}[]<>()#+-.!|~:$"
 def esc(text: object) -> str:
     """Text from the store made inert for st.markdown: every Markdown character escaped."""
     return "".join(f"\\{ch}" if ch in _MARKDOWN_SPECIAL else ch for ch in str(text))
+
+
+def chart(figure: alt.TopLevelMixin) -> None:
+    """Show an Altair chart. Its spec comes from this code, not from users, so Altair's schema validation
+    (tens of milliseconds the first time, per server) is skipped."""
+    st.vega_lite_chart(figure.to_dict(validate=False))

@@ -151,7 +151,7 @@ def main() -> None:
         st.dataframe(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
     st.caption("Accuracy intervals are Wilson 95%. " + timing.TASK_TIME_MODEL)
     if per_task:
-        st.altair_chart(ladder_chart(runs, per_task, steps, speeds))
+        widgets.chart(ladder_chart(runs, per_task, steps, speeds))
 
 
 main()

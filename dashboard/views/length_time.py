@@ -99,7 +99,7 @@ def main() -> None:
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
         paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LENGTH_ITEM_COLUMNS)
-        st.altair_chart(charts(paired.items, pair))
+        widgets.chart(charts(paired.items, pair))
         st.subheader("Task time")
         render_time(time, workload, pair)
     render_decisions(url, runs, steps)
