@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -343,6 +343,12 @@ def _side_by_side(a_rows: pd.DataFrame, b_rows: pd.DataFrame) -> pd.DataFrame:
     return tidy
 
 
+@lru_cache(maxsize=64)
+def normal_quantile(q: float) -> float:
+    """The standard normal quantile; remembered, since a report asks for the same few levels hundreds of times."""
+    return float(sps.norm.ppf(q))
+
+
 # --- the 2x2 table and McNemar ----------------------------------------------
 
 
@@ -436,7 +442,7 @@ def paired_diff_ci(table: Table2x2, confidence: float = 0.95) -> DiffInterval:
     n = table.n
     if n == 0:
         raise ValueError("no paired items: the difference is undefined")
-    z = float(sps.norm.ppf(0.5 + confidence / 2))
+    z = normal_quantile(0.5 + confidence / 2)
     acc_b = (table.both_correct + table.b_only) / n
     acc_a = (table.both_correct + table.a_only) / n
     low_b, high_b = wilson_interval(table.both_correct + table.b_only, n, z)
@@ -486,8 +492,8 @@ def mde(n: int, discordant_rate: float, alpha: float = 0.05, power: float = 0.8)
         raise ValueError(f"n must be positive, got {n}")
     if not 0 < discordant_rate <= 1:
         raise ValueError(f"discordant_rate must be in (0, 1], got {discordant_rate}")
-    z_a = float(sps.norm.ppf(1 - alpha / 2))
-    z_b = float(sps.norm.ppf(power))
+    z_a = normal_quantile(1 - alpha / 2)
+    z_b = normal_quantile(power)
     root = math.sqrt(max(0.0, n - z_a * z_a + z_b * z_b))
     return math.sqrt(discordant_rate) * (z_a * math.sqrt(n) + z_b * root) / (n + z_b * z_b)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from evalsvc import timing
 from evalsvc.timing import (
@@ -426,3 +427,14 @@ def test_remembered_draws_change_no_result_and_leave_the_generator_where_drawing
     expected = np.random.default_rng(6)
     expected.integers(0, 123, size=(1500, 123))
     assert repeat.random() == expected.random()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_large_sample_wilcoxon_matches_scipy(seed: int) -> None:
+    """The written-out normal approximation gives scipy's statistic and p, ties and zeros included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(51, 600))
+    diffs = rng.integers(-25, 30, n).astype(float) * (1 if seed % 2 else 0.5)
+    statistic, p = timing._wilcoxon(diffs)
+    expected = sps.wilcoxon(diffs, zero_method="wilcox", method="approx")
+    assert statistic == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue, rel=1e-9)
