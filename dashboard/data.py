@@ -101,17 +101,20 @@ def load_items(url: str, key: RunKey) -> pd.DataFrame:
 
 
 RunData = tuple[pd.DataFrame, stats.RunInfo]
+LADDER_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct", "completion_tokens", "finish_reason")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, RunData]:
     """Items and settings of many runs (a ladder's), in two queries: run id -> (items, info).
 
-    Shared and not copied, like `load_items`. Runs without items are left out.
+    Only `LADDER_ITEM_COLUMNS` of the items: all that the ladder report, the
+    decisions and the step rows read. Shared and not copied, like
+    `load_items`. Runs without items are left out.
     """
     ids = [key.run_id for key in keys]
     with get_store(url).session() as session:
-        frames = queries.items_frames(session, ids)
+        frames = queries.items_frames(session, ids, LADDER_ITEM_COLUMNS)
         runs = queries.get_runs(session, ids)
         return {run_id: (frame, reports.run_info(runs[run_id])) for run_id, frame in frames.items() if run_id in runs}
 
@@ -149,7 +152,7 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.Endpoi
 # --- pairs ----------------------------------------------------------------------------
 
 # All the length and task-time charts read of an item: a pair's joined frame (cached, so copied) keeps only these.
-LENGTH_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct", "completion_tokens", "finish_reason")
+LENGTH_ITEM_COLUMNS = LADDER_ITEM_COLUMNS
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,6 +6,7 @@ statistics and the dashboard.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -357,19 +358,25 @@ def items_frame(session: Session, run_id: int) -> "pd.DataFrame":
     return _typed_items(pd.DataFrame(columns=ITEM_COLUMNS))
 
 
-def items_frames(session: Session, run_ids: list[int]) -> "dict[int, pd.DataFrame]":
-    """`items_frame` of several runs, read in one query: run id -> frame; runs without items are left out."""
+def items_frames(
+    session: Session, run_ids: list[int], columns: Sequence[str] = tuple(ITEM_COLUMNS)
+) -> "dict[int, pd.DataFrame]":
+    """`items_frame` of several runs, read in one query: run id -> frame; runs without items are left out.
+
+    `columns` (a subset of `ITEM_COLUMNS`, `run_id` always included) narrows what is read.
+    """
     import numpy as np
     import pandas as pd  # only readers need it; keeps `evalsvc run` start-up light
 
+    unknown = sorted(set(columns) - set(ITEM_COLUMNS))
+    if unknown:
+        raise ValueError(f"not item columns: {', '.join(unknown)}")
     if not run_ids:
         return {}
+    wanted = ["run_id", *(c for c in ITEM_COLUMNS if c in columns and c != "run_id")]
+    sources = {"endpoint": Endpoint.name.label("endpoint"), "task": Run.task}
     query = (
-        select(
-            Item.run_id, Endpoint.name.label("endpoint"), Run.task, Item.item_id, Item.item_hash, Item.status,
-            Item.correct, Item.extracted, Item.reference, Item.completion_tokens, Item.reasoning_tokens,
-            Item.prompt_tokens, Item.finish_reason, Item.truncated, Item.latency_s,
-        )
+        select(*(sources[column] if column in sources else getattr(Item, column) for column in wanted))
         .join(Run, Item.run_id == Run.id)
         .join(Endpoint, Run.endpoint_id == Endpoint.id)
         .where(Item.run_id.in_(run_ids))
@@ -377,7 +384,7 @@ def items_frames(session: Session, run_ids: list[int]) -> "dict[int, pd.DataFram
     )
     # A Core result of plain tuples: ORM row handling and pandas probing Row objects both cost several times more.
     rows = [tuple(row) for row in session.connection().execute(query)]
-    frame = _typed_items(pd.DataFrame.from_records(rows, columns=ITEM_COLUMNS))
+    frame = _typed_items(pd.DataFrame.from_records(rows, columns=wanted))
     run_of_row = frame["run_id"].to_numpy()
     starts = np.r_[0, np.flatnonzero(np.diff(run_of_row)) + 1]
     ends = np.r_[starts[1:], len(frame)]
@@ -385,7 +392,8 @@ def items_frames(session: Session, run_ids: list[int]) -> "dict[int, pd.DataFram
 
 
 def _typed_items(frame: "pd.DataFrame") -> "pd.DataFrame":
-    frame["correct"] = frame["correct"].fillna(False).astype(bool)
+    if "correct" in frame.columns:
+        frame["correct"] = frame["correct"].fillna(False).astype(bool)
     return frame
 
 

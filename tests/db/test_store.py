@@ -8,6 +8,7 @@ import pkgutil
 import sqlite3
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -152,6 +153,26 @@ def test_error_row_is_replaced_by_a_later_success_and_never_duplicated(store: St
     with store.session() as session:
         items = queries.get_items(session, run_id)
     assert [(i.status, i.correct, i.completion) for i in items] == [("ok", False, "The answer is 5.")]
+
+
+def test_items_of_several_runs_in_one_read_match_one_run_at_a_time(store: Store) -> None:
+    runs = [make_run(store, endpoint=name) for name in ("step1", "step2", "step3")]
+    for run_id, count in zip(runs, (3, 0, 2)):
+        for i in range(count):
+            save(store, run_id, sample(item_id=f"gsm8k/test/{i:04d}"), Completion(text=f"{run_id}", completion_tokens=i),
+                 ItemResult(passed=i % 2 == 0, extracted=str(i)))
+    with store.session() as session:
+        frames = queries.items_frames(session, runs)
+        narrow = queries.items_frames(session, runs, ("status", "item_id", "completion_tokens"))
+        singles = {run_id: queries.items_frame(session, run_id) for run_id in runs}
+        with pytest.raises(ValueError, match="not item columns: prompt"):
+            queries.items_frames(session, runs, ("item_id", "prompt"))
+    assert sorted(frames) == sorted(narrow) == [runs[0], runs[2]]  # a run without items is left out
+    for run_id, frame in frames.items():
+        pd.testing.assert_frame_equal(frame, singles[run_id])
+        assert list(narrow[run_id].columns) == ["run_id", "item_id", "status", "completion_tokens"]
+        pd.testing.assert_frame_equal(narrow[run_id], singles[run_id][list(narrow[run_id].columns)])
+    assert singles[runs[1]].empty and list(singles[runs[1]].columns) == queries.ITEM_COLUMNS
 
 
 def test_one_batch_stores_new_items_replaces_error_rows_and_keeps_ok_rows(store: Store) -> None:
