@@ -168,11 +168,11 @@ def main() -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
     print(f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores")
-    print(f"{'page':<22} {'first load':>10} {'later loads':>12} {'switch':>8}  target {TARGET_S:.0f} s (switch)")
+    print(f"{'page':<22} {'first load':>10} {'later loads':>12} {'switch':>8}  target {TARGET_S:.0f} s (all three)")
     for title in PAGES:
         first, later = loads[title][0], statistics.median(loads[title][1:])
         switch = statistics.median(switches[title])
-        verdict = "ok" if switch < TARGET_S else "SLOW"
+        verdict = "ok" if max(first, later, switch) < TARGET_S else "SLOW"
         print(f"{title:<22} {first:>9.2f}s {later:>11.2f}s {switch:>7.2f}s  {verdict}")
 
 
