@@ -100,13 +100,12 @@ def load_items(url: str, key: RunKey) -> pd.DataFrame:
         return queries.items_frame(session, key.run_id)
 
 
-RunData = tuple[pd.DataFrame, stats.RunInfo]
 LADDER_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct", "completion_tokens", "finish_reason")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, RunData]:
-    """Items and settings of many runs (a ladder's), in two queries: run id -> (items, info).
+def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, compare.StepRun]:
+    """Items and settings of many runs (a ladder's), in two queries: run id -> run.
 
     Only `LADDER_ITEM_COLUMNS` of the items: all that the ladder report, the
     decisions and the step rows read. Shared and not copied, like
@@ -116,7 +115,8 @@ def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, RunData]:
     with get_store(url).session() as session:
         frames = queries.items_frames(session, ids, LADDER_ITEM_COLUMNS)
         runs = queries.get_runs(session, ids)
-        return {run_id: (frame, reports.run_info(runs[run_id])) for run_id, frame in frames.items() if run_id in runs}
+        return {run_id: compare.StepRun(reports.run_info(runs[run_id]), frame)
+                for run_id, frame in frames.items() if run_id in runs}
 
 
 def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
@@ -227,8 +227,7 @@ def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, 
     loaded = load_ladder(url, tuple(key for _, _, key in keys))
     for step, _task, key in keys:
         if key.run_id in loaded:
-            items, info = loaded[key.run_id]
-            by_step[step].append(compare.StepRun(info, items))
+            by_step[step].append(loaded[key.run_id])
     ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
     try:
         return compare.build_ladder_report(ladder)
@@ -259,16 +258,17 @@ def length_and_time(
     `length_boot` sets the length interval's bootstrap resamples (default: the
     library's); the task-time interval always uses the library's default.
     """
-    runs = {key.run_id: (load_items(url, key), _info(url, key.run_id)) for key in (key_a, key_b)}
-    return _length_and_time(runs[key_a.run_id], runs[key_b.run_id], speed_a, speed_b, length_boot)
+    run_a, run_b = (compare.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
+    return _length_and_time(run_a, run_b, speed_a, speed_b, length_boot)
 
 
 def _length_and_time(
-    run_a: RunData, run_b: RunData, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
-    length_boot: int | None,
+    run_a: compare.StepRun, run_b: compare.StepRun, speed_a: timing.EndpointSpeed | None,
+    speed_b: timing.EndpointSpeed | None, length_boot: int | None,
 ) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
     try:
-        paired = stats.pair_runs(run_a[0], run_b[0], run_a[1], run_b[1], force=True)
+        paired = stats.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
+                                 arrays=(run_a.arrays, run_b.arrays))
     except stats.PairingError as exc:
         return None, None, str(exc)
     tokens_a, tokens_b = paired.values("completion_tokens")
@@ -318,7 +318,7 @@ def _decisions(url: str, ladder_keys: tuple[RunKey, ...], todo: tuple[DecisionIn
 
 
 def _decide(
-    task: str, step_a: str, step_b: str, verdict: str, run_a: RunData, run_b: RunData,
+    task: str, step_a: str, step_b: str, verdict: str, run_a: compare.StepRun, run_b: compare.StepRun,
     speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
 ) -> StepDecision:
     workload = analysis.workload_of(task)

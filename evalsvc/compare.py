@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -84,13 +85,16 @@ def compare_runs(
     alpha: float = DEFAULT_ALPHA,
     force: bool = False,
     flip_rate: float | None = None,
+    arrays: tuple[stats.RunArrays, stats.RunArrays] | None = None,
 ) -> Comparison:
     """Pair two runs and compute every figure of the comparison.
 
     `flip_rate` is the run-to-run flip rate of these endpoints, when known;
-    without it the noise-floor flag is None. Raises `stats.PairingError`.
+    without it the noise-floor flag is None. `arrays` as for
+    `stats.pair_runs`. Raises `stats.PairingError`.
     """
-    return summarize_pairing(stats.pair_runs(a_items, b_items, a_info, b_info, force), margin, alpha, flip_rate)
+    paired = stats.pair_runs(a_items, b_items, a_info, b_info, force, arrays)
+    return summarize_pairing(paired, margin, alpha, flip_rate)
 
 
 def summarize_pairing(
@@ -267,6 +271,11 @@ class StepRun:
     info: RunInfo
     items: pd.DataFrame
 
+    @cached_property
+    def arrays(self) -> stats.RunArrays:
+        """The items as pairing reads them, made once for the two to four pairs a ladder puts this run in."""
+        return stats.RunArrays.of(self.items, str(self.info.run_id))
+
 
 @dataclass(frozen=True, eq=False)
 class LadderStep:
@@ -373,7 +382,7 @@ def _ladder_comparisons(
             flip = sum(known) / len(known) if known else None
             comparison = compare_runs(
                 run_a.items, run_b.items, run_a.info, run_b.info,
-                margin=margin, alpha=alpha, force=force, flip_rate=flip,
+                margin=margin, alpha=alpha, force=force, flip_rate=flip, arrays=(run_a.arrays, run_b.arrays),
             )
             found.append((steps[i].name, steps[j].name, kind, comparison))
     return found

@@ -213,20 +213,22 @@ class FlipRate:
 
 
 def pair_runs(
-    a_items: pd.DataFrame, b_items: pd.DataFrame, a_info: RunInfo, b_info: RunInfo, force: bool = False
+    a_items: pd.DataFrame, b_items: pd.DataFrame, a_info: RunInfo, b_info: RunInfo, force: bool = False,
+    arrays: tuple[RunArrays, RunArrays] | None = None,
 ) -> Paired:
     """Join two runs on the items both answered, refusing incomparable runs.
 
     Raises `PairingError` when the runs are on different tasks or no item
     pairs, and `SettingsMismatch` when template, mode or decoding differ and
-    `force` is false.
+    `force` is false. `arrays`, the two runs' `RunArrays` when the caller
+    already has them, spares converting the frames again.
     """
     if a_info.task != b_info.task:
         raise PairingError(f"{a_info.label} is on task '{a_info.task}' but {b_info.label} is on '{b_info.task}'")
     differences = settings_differences(a_info, b_info)
     if differences and not force:
         raise SettingsMismatch(_mismatch_message(a_info, b_info, differences), differences)
-    at_a, at_b, dropped = match_items(a_items, b_items)
+    at_a, at_b, dropped = match_arrays(*arrays) if arrays else match_items(a_items, b_items)
     if not len(at_a):
         raise PairingError(
             f"{a_info.label} and {b_info.label} share no error-free item with the same content "
@@ -280,29 +282,58 @@ def join_items(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[pd.DataFra
     return _side_by_side(a_items.iloc[at_a], b_items.iloc[at_b]), dropped
 
 
+@dataclass(frozen=True, eq=False)
+class RunArrays:
+    """What pairing reads of one run's items frame, as arrays: made once when a run is paired several times."""
+
+    ids: np.ndarray
+    ok: np.ndarray
+    hashes: np.ndarray
+
+    @classmethod
+    def of(cls, items: pd.DataFrame, name: str = "A") -> "RunArrays":
+        """Raises `PairingError` when the frame lacks a column pairing needs or repeats an item id."""
+        _check_items_frame(name, items)
+        return cls(_objects(items["item_id"]), _objects(items["status"]) == "ok", _objects(items["item_hash"]))
+
+
 def match_items(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, DropCounts]:
-    """Row positions in A and in B of the items `join_items` keeps, in item-id order, and the drop counts.
+    """Row positions in A and in B of the items `join_items` keeps, in item-id order, and the drop counts."""
+    return match_arrays(RunArrays.of(a_items, "A"), RunArrays.of(b_items, "B"))
+
+
+def match_arrays(a: RunArrays, b: RunArrays) -> tuple[np.ndarray, np.ndarray, DropCounts]:
+    """`match_items` on runs already turned into arrays.
 
     Array work only: a ladder report pairs a hundred runs, and building a
     joined frame for each (a pandas merge) cost most of its time.
     """
-    for name, frame in (("A", a_items), ("B", b_items)):
-        _check_items_frame(name, frame)
-    ids_a, ids_b = _objects(a_items["item_id"]), _objects(b_items["item_id"])
-    try:
-        common, at_a, at_b = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
-    except TypeError as exc:  # ids of types that do not sort together
-        raise PairingError(f"item ids of the two runs cannot be matched: {exc}") from exc
-    error_a = _objects(a_items["status"])[at_a] != "ok"
-    error_b = ~error_a & (_objects(b_items["status"])[at_b] != "ok")
+    if len(a.ids) == len(b.ids) and np.array_equal(a.ids, b.ids) and _ascending(a.ids):
+        at_a = at_b = np.arange(len(a.ids))  # the usual case: the same items, stored in id order
+        n_common = len(a.ids)
+    else:
+        try:
+            common, at_a, at_b = np.intersect1d(a.ids, b.ids, assume_unique=True, return_indices=True)
+        except TypeError as exc:  # ids of types that do not sort together
+            raise PairingError(f"item ids of the two runs cannot be matched: {exc}") from exc
+        n_common = len(common)
+    error_a = ~a.ok[at_a]
+    error_b = ~error_a & ~b.ok[at_b]
     usable = ~error_a & ~error_b
-    hash_a, hash_b = _objects(a_items["item_hash"])[at_a], _objects(b_items["item_hash"])[at_b]
-    mismatch = usable & ~_same(hash_a, hash_b)
+    mismatch = usable & ~_same(a.hashes[at_a], b.hashes[at_b])
     dropped = DropCounts(
-        len(ids_b) - len(common), len(ids_a) - len(common), int(error_a.sum()), int(error_b.sum()), int(mismatch.sum())
+        len(b.ids) - n_common, len(a.ids) - n_common, int(error_a.sum()), int(error_b.sum()), int(mismatch.sum())
     )
     keep = usable & ~mismatch
     return at_a[keep], at_b[keep], dropped
+
+
+def _ascending(ids: np.ndarray) -> bool:
+    """True when the ids are strictly increasing (sorted and distinct)."""
+    try:
+        return bool(np.all(ids[1:] > ids[:-1]))
+    except TypeError:
+        return False
 
 
 def _objects(column: pd.Series) -> np.ndarray:

@@ -86,7 +86,7 @@ def task_table(
     rows = []
     for step, key in per_step.items():
         summary = summaries[key.run_id]
-        items = loaded[key.run_id][0] if key.run_id in loaded else data.load_items(url, key)
+        items = loaded[key.run_id].items if key.run_id in loaded else data.load_items(url, key)
         row = analysis.step_row(step, summary, items)
         speed = speeds.get(step, {}).get(workload)
         d = by_b.get(step)
