@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -244,38 +245,36 @@ def report_for(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> compare.La
     return ladder_report(url, tuple(steps), keys)
 
 
-# The ladder's decisions use only the length point estimates; their intervals are shown for one pair at a time.
-DECISION_LENGTH_BOOT = 100
-
-
 @st.cache_data(show_spinner=False, max_entries=1024)
 def length_and_time(
     url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
-    length_boot: int | None = None,
 ) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
-    """Output-length change of B over A on paired items, and the task-time change when both speeds are known.
-
-    `length_boot` sets the length interval's bootstrap resamples (default: the
-    library's); the task-time interval always uses the library's default.
-    """
+    """Output-length change of B over A on paired items, and the task-time change when both speeds are known."""
     run_a, run_b = (compare.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
-    return _length_and_time(run_a, run_b, speed_a, speed_b, length_boot)
+
+    def inflation(paired: stats.Paired, tokens_a: np.ndarray, tokens_b: np.ndarray) -> timing.LengthInflation:
+        return timing.measure_length_inflation(tokens_a, tokens_b, *paired.correct(), *paired.values("finish_reason"))
+
+    return _tokens_and_time(run_a, run_b, speed_a, speed_b, inflation)
 
 
-def _length_and_time(
+Length = TypeVar("Length")
+
+
+def _tokens_and_time(
     run_a: compare.StepRun, run_b: compare.StepRun, speed_a: timing.EndpointSpeed | None,
-    speed_b: timing.EndpointSpeed | None, length_boot: int | None,
-) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
+    speed_b: timing.EndpointSpeed | None, measure: Callable[[stats.Paired, np.ndarray, np.ndarray], Length],
+) -> tuple[Length | None, timing.TaskTimeChange | None, str | None]:
+    """Pair the runs, `measure` their output tokens, and compare task time when both speeds are known;
+    or say why not."""
     try:
         paired = stats.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
                                  arrays=(run_a.arrays, run_b.arrays))
     except stats.PairingError as exc:
         return None, None, str(exc)
     tokens_a, tokens_b = paired.values("completion_tokens")
-    boot = {} if length_boot is None else {"n_boot": length_boot}
     try:
-        length = timing.measure_length_inflation(
-            tokens_a, tokens_b, *paired.correct(), *paired.values("finish_reason"), **boot)
+        length = measure(paired, tokens_a, tokens_b)
     except timing.TimingInputError as exc:
         return None, None, str(exc)
     if speed_a is None or speed_b is None:
@@ -322,15 +321,16 @@ def _decide(
     speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
 ) -> StepDecision:
     workload = analysis.workload_of(task)
-    length, time, problem = _length_and_time(run_a, run_b, speed_a, speed_b, DECISION_LENGTH_BOOT)
+    tokens, time, problem = _tokens_and_time(
+        run_a, run_b, speed_a, speed_b, lambda paired, a, b: timing.token_ratios(a, b, *paired.correct()))
     base = dict(workload=workload, task=task, step_a=step_a, step_b=step_b, verdict=verdict)
-    token_ratio = length.all_items.ratio_of_means if length else None
-    if length is None or time is None:
+    token_ratio = tokens.all_items if tokens else None
+    if tokens is None or time is None:
         missing = [s for s, speed in ((step_a, speed_a), (step_b, speed_b)) if speed is None]
         why = problem or f"no {workload} speed stored for {', '.join(missing)}; run `evalsvc speed`"
         return StepDecision(**base, take_b=None, reason=f"accuracy {verdict}; {why}", token_ratio=token_ratio,
                             speed_ratio=None, time_ratio=None, time_ci=None)
-    decision = timing.decide(workload, verdict, length, time)
+    decision = timing.decide(workload, verdict, tokens, time)
     return StepDecision(**base, take_b=decision.take_b, reason=decision.reason, token_ratio=token_ratio,
                         speed_ratio=time.speed_ratio, time_ratio=time.ratio, time_ci=time.ci)
 

@@ -298,7 +298,7 @@ def _decide_workload(session: Session, workload: str, ep_a: Endpoint, ep_b: Endp
     if inflation is None:
         inflation = timing.measure_length_inflation(tokens_a, tokens_b, correct_a, correct_b, finish_a, finish_b)
     time_change = timing.compare_task_time(tokens_a, tokens_b, speeds[0], speeds[1])
-    decision = timing.decide(workload, verdict, inflation, time_change)
+    decision = timing.decide(workload, verdict, inflation.ratios, time_change)
     if task is None:
         note = f" (chat accuracy stands in from {comparison.task}, the worst verdict)"
         decision = timing.Decision(**{**decision.__dict__, "reason": decision.reason + note})

@@ -68,6 +68,15 @@ class LengthComparison:
 
 
 @dataclass(frozen=True)
+class TokenRatios:
+    """B/A ratio of mean output tokens on all paired items with counts, and on the both-correct ones
+    (None when fewer than two, or when A wrote nothing on them): all a step decision reads of output length."""
+
+    all_items: float
+    both_correct: float | None
+
+
+@dataclass(frozen=True)
 class LengthInflation:
     """Output-length change of B over A, on all paired items and on the both-correct ones.
 
@@ -84,6 +93,11 @@ class LengthInflation:
     confidence: float
     n_boot: int
     seed: int
+
+    @property
+    def ratios(self) -> TokenRatios:
+        both = self.both_correct
+        return TokenRatios(self.all_items.ratio_of_means, both.ratio_of_means if both else None)
 
 
 @dataclass(frozen=True)
@@ -331,13 +345,17 @@ def _wilcoxon(diff: np.ndarray) -> tuple[float | None, float | None]:
     return min(w_plus, w_minus), float(min(1.0, 2 * stats.norm.sf(abs(z))))
 
 
-def _compare_lengths(
-    a: np.ndarray, b: np.ndarray, n_boot: int, seed: int, confidence: float, label: str
-) -> LengthComparison:
+def _check_lengths(a: np.ndarray, label: str) -> None:
     if a.size < 2:
         raise TimingInputError(f"need at least 2 paired items with token counts for {label}, got {a.size}")
     if a.sum() <= 0:
         raise TimingInputError(f"endpoint A wrote no tokens at all on {label}; a length ratio is undefined")
+
+
+def _compare_lengths(
+    a: np.ndarray, b: np.ndarray, n_boot: int, seed: int, confidence: float, label: str
+) -> LengthComparison:
+    _check_lengths(a, label)
     positive = a > 0
     item_ratios = b[positive] / a[positive]
     statistic, p_value = _wilcoxon(b - a)
@@ -374,16 +392,11 @@ def measure_length_inflation(
     signed-rank test on B-A, on all items and on the both-correct subset so
     that failures writing long garbage do not drive the figure.
     """
-    inputs = {"tokens_a": tokens_a, "tokens_b": tokens_b, "correct_a": correct_a, "correct_b": correct_b}
-    _aligned({**inputs, "finish_a": finish_a, "finish_b": finish_b})
-    a, b = _as_floats(tokens_a), _as_floats(tokens_b)
-    ok_a, ok_b = _as_bools(correct_a), _as_bools(correct_b)
-    present = ~(np.isnan(a) | np.isnan(b))
-    both = present & ok_a & ok_b
+    a, b, present, both = _length_inputs(tokens_a, tokens_b, correct_a, correct_b, finish_a, finish_b)
     all_items = _compare_lengths(a[present], b[present], n_boot, seed, confidence, "all items")
     both_correct = (
         _compare_lengths(a[both], b[both], n_boot, seed, confidence, "both-correct items")
-        if both.sum() >= 2 and a[both].sum() > 0
+        if _has_both_correct(a, both)
         else None
     )
     return LengthInflation(
@@ -396,6 +409,32 @@ def measure_length_inflation(
         n_boot=n_boot,
         seed=seed,
     )
+
+
+def token_ratios(tokens_a: Any, tokens_b: Any, correct_a: Any, correct_b: Any) -> TokenRatios:
+    """`measure_length_inflation(...).ratios` without its intervals and tests: what a step decision needs.
+
+    Same inputs and the same `TimingInputError`s.
+    """
+    a, b, present, both = _length_inputs(tokens_a, tokens_b, correct_a, correct_b, None, None)
+    _check_lengths(a[present], "all items")
+    ratio = float(b[present].mean() / a[present].mean())
+    return TokenRatios(ratio, float(b[both].mean() / a[both].mean()) if _has_both_correct(a, both) else None)
+
+
+def _length_inputs(
+    tokens_a: Any, tokens_b: Any, correct_a: Any, correct_b: Any, finish_a: Any, finish_b: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens of A and B as floats, which pairs have both counts, and which of those both sides got right."""
+    inputs = {"tokens_a": tokens_a, "tokens_b": tokens_b, "correct_a": correct_a, "correct_b": correct_b}
+    _aligned({**inputs, "finish_a": finish_a, "finish_b": finish_b})
+    a, b = _as_floats(tokens_a), _as_floats(tokens_b)
+    present = ~(np.isnan(a) | np.isnan(b))
+    return a, b, present, present & _as_bools(correct_a) & _as_bools(correct_b)
+
+
+def _has_both_correct(a: np.ndarray, both: np.ndarray) -> bool:
+    return bool(both.sum() >= 2 and a[both].sum() > 0)
 
 
 # ---------------------------------------------------------------- task time
@@ -488,7 +527,7 @@ def _time_clause(time: TaskTimeChange) -> str:
     return clause
 
 
-def decide(workload: str, accuracy_verdict: str, length: LengthInflation, time: TaskTimeChange) -> Decision:
+def decide(workload: str, accuracy_verdict: str, tokens: TokenRatios, time: TaskTimeChange) -> Decision:
     """Take step B on `workload` only if accuracy is no worse AND tasks finish sooner.
 
     "Sooner" is conservative: the upper end of the task-time ratio interval
@@ -508,7 +547,6 @@ def decide(workload: str, accuracy_verdict: str, length: LengthInflation, time: 
         if not sooner:
             failed.append(f"tasks do not finish sooner: {clause}")
         reason = f"stop at A for {workload}: " + "; ".join(failed)
-    both = length.both_correct
     return Decision(
         workload=workload,
         take_b=accuracy_ok and sooner,
@@ -518,6 +556,6 @@ def decide(workload: str, accuracy_verdict: str, length: LengthInflation, time: 
         finishes_sooner=sooner,
         time_ratio=time.ratio,
         time_ci=time.ci,
-        token_ratio=length.all_items.ratio_of_means,
-        token_ratio_both_correct=both.ratio_of_means if both else None,
+        token_ratio=tokens.all_items,
+        token_ratio_both_correct=tokens.both_correct,
     )

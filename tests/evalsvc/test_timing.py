@@ -77,7 +77,7 @@ def simulate(seed: int, n_items: int, mean_tokens: float, token_ratio: float, tp
 def run_decision(workload_name: str, w: Workload, verdict: str = NO_WORSE):
     length = measure_length_inflation(w.tokens_a, w.tokens_b, w.correct_a, w.correct_b)
     time = compare_task_time(w.tokens_a, w.tokens_b, w.speed_a, w.speed_b)
-    return length, time, decide(workload_name, verdict, length, time)
+    return length, time, decide(workload_name, verdict, length.ratios, time)
 
 
 # ---------------------------------------------------------------- worked example
@@ -397,7 +397,7 @@ def test_measured_speed_widens_the_interval_over_a_fixed_one() -> None:
     assert "measured over 20 requests" in measured.speed_b
     assert (measured.fixed_speeds, fixed.fixed_speeds) == ((), ("B",))
     length = measure_length_inflation(w.tokens_a, w.tokens_b, w.correct_a, w.correct_b, n_boot=200)
-    assert decide("code", NO_WORSE, length, fixed).reason.endswith("(speed of B entered by hand, held fixed)")
+    assert decide("code", NO_WORSE, length.ratios, fixed).reason.endswith("(speed of B entered by hand, held fixed)")
 
 
 def test_too_few_speed_samples_are_refused() -> None:
@@ -438,3 +438,29 @@ def test_large_sample_wilcoxon_matches_scipy(seed: int) -> None:
     statistic, p = timing._wilcoxon(diffs)
     expected = sps.wilcoxon(diffs, zero_method="wilcox", method="approx")
     assert statistic == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_token_ratios_are_the_point_figures_of_the_full_measurement(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 300))
+    a = rng.integers(0, 800, n).astype(float)
+    b = rng.integers(0, 800, n).astype(float)
+    a[rng.random(n) < 0.05] = np.nan  # failed requests
+    correct_a, correct_b = rng.random(n) < 0.6, rng.random(n) < 0.6
+    try:
+        full = measure_length_inflation(a, b, correct_a, correct_b, n_boot=50)
+    except timing.TimingInputError as exc:
+        with pytest.raises(timing.TimingInputError, match=str(exc)[:30]):
+            timing.token_ratios(a, b, correct_a, correct_b)
+        return
+    assert timing.token_ratios(a, b, correct_a, correct_b) == full.ratios
+
+
+def test_token_ratios_refuse_what_the_full_measurement_refuses() -> None:
+    with pytest.raises(timing.TimingInputError, match="at least 2 paired items"):
+        timing.token_ratios([10.0], [12.0], [True], [True])
+    with pytest.raises(timing.TimingInputError, match="wrote no tokens"):
+        timing.token_ratios([0.0, 0.0], [5.0, 6.0], [True, True], [True, True])
+    assert timing.token_ratios([10.0, 20.0, 30.0], [20.0, 20.0, 60.0], [True, False, True], [True, True, True]) == \
+        timing.TokenRatios(100 / 60, 80 / 40)
