@@ -193,7 +193,8 @@ class EndpointClient:
                 async with self._http.stream("POST", url, content=content, headers=_JSON_HEADERS) as resp:
                     data = await _read_capped(resp, url)
         except TimeoutError:
-            raise RequestFailed(f"POST {url}: no complete response within {self.timeout_s:g} s", retryable=True) from None
+            message = f"POST {url}: no complete response within {self.timeout_s:g} s"
+            raise RequestFailed(message, retryable=True) from None
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise RequestFailed(f"POST {url}: {_describe(exc)}", retryable=True) from exc
         if resp.status_code == 429 or resp.status_code >= 500:

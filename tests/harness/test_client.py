@@ -116,7 +116,8 @@ def test_timeout_bounds_the_whole_request_not_each_read() -> None:
 
     async def go(timeout_s: float) -> Completion:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        async with EndpointClient(url, "m", timeout_s=timeout_s, retry=RetryPolicy(max_attempts=2, base_delay_s=0.01)) as client:
+        retry = RetryPolicy(max_attempts=2, base_delay_s=0.01)
+        async with EndpointClient(url, "m", timeout_s=timeout_s, retry=retry) as client:
             return await client.complete(Request(mode="completion", prompt="2+2="), DecodingSettings())
 
     try:
