@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timedelta, timezone
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import analysis, background, data
 from db import queries
 from db.engine import open_store
+from db.models import Run
 from tests.dashboard import seed
 from tests.fake_openai import FakeOpenAI, Reply
 
@@ -288,6 +290,25 @@ def test_evaluate_form_runs_through_the_cli_in_the_background(
     again = open_app(monkeypatch, db, "views/evaluate.py")
     assert any(m.value.startswith("**fake\\-step**: finished") for m in again.markdown)
     assert [p.proto.text for p in again.get("progress")] == [f"run {run.id} gsm8k: 5/5 items, 0 errors, complete"]
+
+
+def test_evaluate_page_shows_a_run_whose_runner_died_as_stalled(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "stalled.db")
+    store = open_store(db)
+    samples = [seed.gsm8k_sample(i) for i in range(3)]
+    run_id = seed.add_run(store, "killed-step", "gsm8k", samples, [seed.math_outcome(i, True, 50) for i in range(3)])
+    with store.session() as session:  # as a runner killed with kill -9 leaves it: running, its beat long gone
+        run = session.get(Run, run_id)
+        run.status, run.finished_at = "running", None
+        run.heartbeat_at = datetime.now(timezone.utc) - timedelta(seconds=queries.STALLED_AFTER_S + 5)
+        session.commit()
+    store.dispose()
+    at = open_app(monkeypatch, db, "views/evaluate.py")
+    assert "Stalled runs" in [h.value for h in at.subheader]
+    assert "Runs being written" not in [h.value for h in at.subheader]
+    assert list(table_frame(at, 0)["endpoint"]) == ["killed-step"]
 
 
 def test_evaluate_form_refuses_a_bad_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
