@@ -109,7 +109,7 @@ def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, compare.StepRun
     """Items and settings of many runs (a ladder's), in two queries: run id -> run.
 
     Only `LADDER_ITEM_COLUMNS` of the items: all that the ladder report, the
-    decisions and the step rows read. Shared and not copied, like
+    decisions, the step rows and the length charts read. Shared and not copied, like
     `load_items`. Runs without items are left out.
     """
     ids = [key.run_id for key in keys]
@@ -151,10 +151,6 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.Endpoi
 
 
 # --- pairs ----------------------------------------------------------------------------
-
-# All the length and task-time charts read of an item: a pair's joined frame (cached, so copied) keeps only these.
-LENGTH_ITEM_COLUMNS = LADDER_ITEM_COLUMNS
-
 
 @dataclass(frozen=True, eq=False)
 class PairResult:

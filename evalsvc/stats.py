@@ -119,7 +119,7 @@ class Paired:
     b_items: pd.DataFrame = field(repr=False)
     at_a: np.ndarray = field(repr=False)
     at_b: np.ndarray = field(repr=False)
-    dropped: DropCounts = field(default_factory=lambda: DropCounts(0, 0, 0, 0, 0))
+    dropped: DropCounts
     forced: bool = False
     differences: tuple[str, ...] = ()
 
@@ -551,10 +551,9 @@ def align_steps(items_frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
         raise ValueError("no runs to align")
     answered = []
     for position, frame in enumerate(items_frames):
-        _check_items_frame(str(position), frame)
-        ok = _objects(frame["status"]) == "ok"
-        answered.append((_objects(frame["item_id"])[ok], _objects(frame["item_hash"])[ok],
-                         np.asarray(frame["correct"].to_numpy()[ok], dtype=bool)))
+        run = RunArrays.of(frame, str(position))
+        correct = np.asarray(frame["correct"].to_numpy()[run.ok], dtype=bool)
+        answered.append((run.ids[run.ok], run.hashes[run.ok], correct))
     common = answered[0][0]
     for ids, _, _ in answered[1:]:
         common = np.intersect1d(common, ids, assume_unique=True)

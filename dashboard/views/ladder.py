@@ -126,8 +126,8 @@ def ladder_chart(
     # Plain records: handing Altair a DataFrame routes it through narwhals, whose first use costs a tenth of a second.
     left = alt.Chart(alt.Data(values=acc.to_dict("records")), title="Accuracy").mark_line(point=True).encode(
         x=x, y=alt.Y("accuracy:Q", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)), color="task:N")
-    right = alt.Chart(alt.Data(values=tps.to_dict("records")), title="Decode tokens per second").mark_line(point=True).encode(
-        x=x, y=alt.Y("tok/s:Q"), color="workload:N")
+    right = alt.Chart(alt.Data(values=tps.to_dict("records")), title="Decode tokens per second")
+    right = right.mark_line(point=True).encode(x=x, y=alt.Y("tok/s:Q"), color="workload:N")
     charts = alt.hconcat(left.properties(width=380, height=240), right.properties(width=380, height=240))
     return charts.resolve_scale(color="independent")
 

@@ -98,7 +98,7 @@ def main() -> None:
         st.table(length_table(length))
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
-        paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LENGTH_ITEM_COLUMNS)
+        paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LADDER_ITEM_COLUMNS)
         widgets.chart(charts(paired.items, pair))
         st.subheader("Task time")
         render_time(time, workload, pair)
