@@ -161,6 +161,27 @@ def shown_status(status: str, heartbeat_at: datetime | None, now: datetime | Non
     return "stalled" if silent > STALLED_AFTER_S else status
 
 
+def reuse_items(session: Session, run: Run, item_hashes: dict[str, str]) -> int:
+    """Copy into a new `run` the finished items of the same endpoint's latest other run with
+    the same task and settings, where item id and content match `item_hashes`; returns how many.
+
+    This is what lets a larger `--limit` on a stored run evaluate only the new items.
+    """
+    source = session.scalars(
+        select(Run).where(Run.endpoint_id == run.endpoint_id, Run.task == run.task,
+                          Run.config_hash == run.config_hash, Run.id != run.id)
+        .order_by(Run.id.desc())
+    ).first()
+    if source is None:
+        return 0
+    columns = [c for c in _ITEMS.c if c.key not in ("id", "run_id")]
+    rows = session.execute(select(*columns).where(_ITEMS.c.run_id == source.id, _ITEMS.c.status == "ok")).mappings()
+    copies = [{**row, "run_id": run.id} for row in rows if item_hashes.get(row["item_id"]) == row["item_hash"]]
+    if copies:
+        session.execute(insert(_ITEMS), copies)
+    return len(copies)
+
+
 def done_item_ids(session: Session, run_id: int) -> set[str]:
     """Items of the run already answered without error (a resume skips them)."""
     rows = session.scalars(select(Item.item_id).where(Item.run_id == run_id, Item.status == "ok"))

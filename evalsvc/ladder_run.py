@@ -16,6 +16,7 @@ from evalsvc.ladder import Ladder, LadderStep, StepLaunchError, launch_step, res
 from db.speed import latest_speed_run
 from evalsvc.runner import RunSpec, config_hash, dataset_hash, run_evaluation
 from evalsvc.speed_run import SpeedError, SpeedPlan, measure_speed
+from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import get_task, pick_template
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class LadderPlan:
     base: RunSpec = field(default_factory=lambda: RunSpec(endpoint="", base_url="", model="", task="gsm8k"))
     speed_workloads: tuple[str, ...] = ()
     speed_n: int = 5
-    speed_max_tokens: int = 256
+    speed_max_tokens: int = PROBE_MAX_TOKENS
 
 
 def prepare_ladder(ladder: Ladder) -> Ladder:

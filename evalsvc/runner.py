@@ -136,6 +136,9 @@ def _open_run(session, spec, template, samples, fingerprint, base_url):  # type:
         "n_items": len(samples),
     }
     run, resumed = queries.open_run(session, endpoint, fields, spec.new_repeat)
+    if not resumed and not spec.new_repeat:  # e.g. a larger --limit: keep what a stored run already answered
+        reused = queries.reuse_items(session, run, {s.item_id: s.item_hash for s in samples})
+        log.info("run %d: reused %d finished items of an earlier run with the same settings", run.id, reused)
     session.commit()
     return run, resumed, queries.done_item_ids(session, run.id)
 

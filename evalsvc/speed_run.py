@@ -15,7 +15,7 @@ from db.engine import Store
 from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
-from harness.speed import SpeedSample, fetch_sglang_spec_stats, probe_speed
+from harness.speed import PROBE_MAX_TOKENS, SpeedSample, fetch_sglang_spec_stats, probe_speed
 from harness.tasks import get_task, pick_template
 from harness.types import Request
 
@@ -34,7 +34,7 @@ class SpeedPlan:
     endpoint: str
     workload: str
     n: int = 20
-    max_tokens: int = 512
+    max_tokens: int = PROBE_MAX_TOKENS
     data: str | None = None
     chat_source: str | None = None
     url: str | None = None

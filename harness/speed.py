@@ -41,7 +41,7 @@ import httpx
 import numpy as np
 
 from harness.chat_prompts import ChatPrompt
-from harness.types import Mode, Request
+from harness.types import DecodingSettings, Mode, Request
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ PromptLike = Request | ChatPrompt | Sequence[Mapping[str, str]] | str
 # prefix cache with the first measured prompt and flatter its TTFT.
 WARMUP_PROMPT = "Reply with the single word: ready."
 WARMUP_MAX_TOKENS = 16
+# The accuracy runs' cap: a lower cap would cut chat answers those runs let finish, and a
+# length ratio over cut answers understates how much more a step writes.
+PROBE_MAX_TOKENS = DecodingSettings().max_tokens
 
 DECODE_TPS_DEFINITION = (
     "decode tokens per second = (output tokens - 1) / (arrival of last text chunk - arrival of first text chunk)"
@@ -318,7 +321,7 @@ async def probe_speed(
     model: str,
     prompts: Sequence[PromptLike],
     mode: Mode = "chat",
-    max_tokens: int = 512,
+    max_tokens: int = PROBE_MAX_TOKENS,
     api_key: str | None = None,
     warmup: int = 1,
     timeout_s: float = 600.0,

@@ -10,6 +10,7 @@ import click
 from db.engine import open_store
 from evalsvc.cli import register_errors
 from evalsvc.cli.runs import DB_OPTION, JSON_OPTION
+from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
 
 register_errors("evalsvc.stats", "PairingError")
@@ -94,7 +95,8 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 @click.option("--endpoint", required=True, help="Stored endpoint name (or a new one with --url and --model).")
 @click.option("--workload", default="chat", show_default=True, type=click.Choice(["math", "code", "chat"]))
 @click.option("--n", "n", default=20, show_default=True, type=click.IntRange(min=2), help="Prompts to time.")
-@click.option("--max-tokens", default=512, show_default=True, type=click.IntRange(min=2))
+@click.option("--max-tokens", default=PROBE_MAX_TOKENS, show_default=True, type=click.IntRange(min=2),
+              help="Cap per request; keep it at least the accuracy runs' cap, or chat lengths are cut.")
 @click.option("--url", help="Base URL, when the endpoint is not stored yet.")
 @click.option("--model", help="Model id, when the endpoint is not stored yet.")
 @click.option("--data", type=click.Path(), help="Local GSM8K file or folder (math prompts).")

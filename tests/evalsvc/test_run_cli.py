@@ -50,6 +50,18 @@ def test_rerun_same_config_does_not_redo_items(oracle_server: FakeOpenAI, db_pat
     assert (again["run_id"], again["resumed"], again["skipped"], again["n"]) == (1, True, 20, 20)
 
 
+def test_larger_limit_reuses_the_stored_items_and_asks_only_for_new_ones(oracle_server: FakeOpenAI, db_path: str) -> None:
+    assert run_cli(*run_args(oracle_server, db_path), "--limit", "20").exit_code == 0
+    grown = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "30", "--json").output)["runs"][0]
+    assert len(oracle_server.requests) == 30  # 20, then only the 10 new items
+    assert (grown["run_id"], grown["skipped"], grown["n"], grown["status"]) == (2, 20, 30, "complete")
+    assert grown["correct"] == expected_correct(30)
+    with sqlite3.connect(db_path) as conn:
+        first = conn.execute("select item_id, completion, correct from items where run_id = 1 order by item_id").fetchall()
+        copied = conn.execute("select item_id, completion, correct from items where run_id = 2 order by item_id").fetchall()
+    assert copied[:20] == first and len(copied) == 30
+
+
 def test_repeat_starts_a_new_run(oracle_server: FakeOpenAI, db_path: str) -> None:
     run_cli(*run_args(oracle_server, db_path), "--limit", "5")
     second = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "5", "--repeat", "--json").output)
