@@ -39,9 +39,10 @@ from db.engine import open_store  # noqa: E402
 from evalsvc.runner import RunSpec, run_evaluation  # noqa: E402
 from harness.client import EndpointClient  # noqa: E402
 from harness.tasks import get_task, pick_template  # noqa: E402
+from harness.tasks.gsm8k import packaged_data_dir  # noqa: E402
 from harness.types import DecodingSettings  # noqa: E402
 
-GSM8K_DIR = ROOT.parent / "shared" / "data" / "gsm8k"
+GSM8K_TEST = packaged_data_dir() / "test.jsonl.gz"
 PEER_VENV = Path.home() / ".cache" / "evalsvc" / "peer-venv"
 TEMPLATE = "fewshot-completion"  # lm-eval's local-completions speaks /v1/completions too
 N_SHOT = 8
@@ -126,7 +127,7 @@ def lm_eval_task_dir(venv: Path, data: Path, workdir: Path) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "gsm8k_local.yaml").write_text(
         f"include: {packaged[0]}\ntask: gsm8k_local\ndataset_path: json\ndataset_name: null\n"
-        f"dataset_kwargs:\n  data_files:\n    train: {data.parent / 'train.jsonl'}\n    test: {data}\n"
+        f"dataset_kwargs:\n  data_files:\n    train: {data.with_name(data.name.replace('test', 'train'))}\n    test: {data}\n"
     )
     return folder
 
@@ -201,7 +202,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data", type=Path, default=GSM8K_DIR / "test.jsonl")
+    parser.add_argument("--data", type=Path, default=GSM8K_TEST)
     parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
     parser.add_argument("--skip-peer", action="store_true", help="Do not run lm-eval.")
     args = parser.parse_args()

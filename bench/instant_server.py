@@ -5,7 +5,7 @@ is N."), in both chat and completions form, and anything else with 0. It does
 no work beyond parsing the request, so a benchmark against it measures the
 client side. Run it as its own process so it does not share the client's GIL:
 
-    python bench/instant_server.py --port 0 --data /path/to/gsm8k/test.jsonl
+    python bench/instant_server.py --port 0 --data harness/data/gsm8k/test.jsonl.gz
 
 It prints `READY <port>` on stdout once it listens.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import re
 import sys
@@ -27,7 +28,8 @@ _LAST_QUESTION = re.compile(r"Question: (.*?)\nAnswer:", re.S)
 def load_answers(path: Path) -> dict[str, str]:
     """question text -> gold number."""
     answers = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
+    for line in text.splitlines():
         row = json.loads(line)
         answers[row["question"].strip()] = row["answer"].rpartition("####")[2].strip().replace(",", "")
     return answers

@@ -12,10 +12,10 @@ from typing import Iterator
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.fake_openai import GSM8K_DIR, FakeOpenAI, gsm8k_oracle
+from tests.fake_openai import GSM8K_TEST_FILE, FakeOpenAI, gsm8k_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
-GSM8K_TEST = str(GSM8K_DIR / "test.jsonl")
+GSM8K_TEST = str(GSM8K_TEST_FILE)
 
 
 def wrong_when(question: str) -> bool:

@@ -9,6 +9,7 @@ bodies.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import threading
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
+
+from harness.tasks.gsm8k import packaged_data_dir
 
 
 @dataclass(frozen=True)
@@ -218,16 +221,19 @@ def _payload(mode: str, body: dict[str, Any], reply: Reply, sglang: bool) -> dic
 
 # -- GSM8K oracle ---------------------------------------------------------------
 
-GSM8K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
+GSM8K_DIR = packaged_data_dir()
+GSM8K_TEST_FILE = GSM8K_DIR / "test.jsonl.gz"
 
 
-def gsm8k_answers(path: Path = GSM8K_DIR / "test.jsonl") -> dict[str, str]:
+def gsm8k_rows(path: Path = GSM8K_TEST_FILE) -> list[dict[str, str]]:
+    """Every row of a GSM8K JSONL file (gzip-compressed when it ends in .gz), read without the task's loader."""
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def gsm8k_answers(path: Path = GSM8K_TEST_FILE) -> dict[str, str]:
     """question text -> gold number, from the reference solutions."""
-    answers = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        answers[row["question"]] = row["answer"].rpartition("####")[2].strip().replace(",", "")
-    return answers
+    return {row["question"]: row["answer"].rpartition("####")[2].strip().replace(",", "") for row in gsm8k_rows(path)}
 
 
 def question_of(body: dict[str, Any]) -> str:

@@ -53,7 +53,7 @@ def ladder_group() -> None:
 @click.argument("ladder_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--task", default="all", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
 @click.option("--limit", type=click.IntRange(min=1), help="First N items of each task.")
-@click.option("--data", type=click.Path(), help="Local GSM8K file or folder.")
+@click.option("--data", type=click.Path(), help="GSM8K file or folder, or 'hub' (default: the copy shipped with evalsvc).")
 @click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--speed", "speed_n", default=0, show_default=True, type=click.IntRange(min=0),
@@ -101,7 +101,7 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
 
 @click.command("demo")
 @click.option("--full", is_flag=True, help="All 400 GSM8K questions and 164 HumanEval problems (hours on a CPU).")
-@click.option("--data", type=click.Path(), help="Local GSM8K file or folder (default: found beside the checkout).")
+@click.option("--data", type=click.Path(), help="GSM8K file or folder, or 'hub' (default: the copy shipped with evalsvc).")
 @click.option("--no-progress", is_flag=True)
 @DB_OPTION
 @JSON_OPTION
@@ -109,7 +109,6 @@ def demo_command(full: bool, data: str | None, no_progress: bool, db: str | None
     """Build and serve the embedded CPU ladder, evaluate it and print the comparison."""
     store = open_store(db)
     ladder = prepare_ladder(load_ladder(embedded_ladder_path()))
-    data = data or find_gsm8k_data()
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1,
                    settings=DecodingSettings(max_tokens=DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS))
     limits = {task: None if full else DEMO_LIMITS[task] for task in TASK_NAMES}
@@ -121,16 +120,6 @@ def demo_command(full: bool, data: str | None, no_progress: bool, db: str | None
         click.echo(f"embedded ladder: {' -> '.join(s.name for s in ladder.steps)} ({limits}, "
                    f"max_tokens {base.settings.max_tokens})")
     print_outcomes(store, ladder, outcomes, as_json)
-
-
-def find_gsm8k_data() -> str | None:
-    """A local GSM8K copy beside the checkout (`../shared/data/gsm8k`), if there is one."""
-    here = Path(__file__).resolve()
-    for parent in [Path.cwd(), *Path.cwd().parents, *here.parents]:
-        candidate = parent / "shared" / "data" / "gsm8k"
-        if (candidate / "test.jsonl").is_file():
-            return str(candidate)
-    return None
 
 
 COMMANDS: list[Any] = [ladder_group, demo_command]

@@ -27,7 +27,8 @@ def task_list(task: str) -> list[str]:
 @click.option("--model", required=True, help="Model id as /v1/models lists it.")
 @click.option("--task", default="gsm8k", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
 @click.option("--limit", type=click.IntRange(min=1), help="First N items (default: 400 GSM8K, 164 HumanEval).")
-@click.option("--data", type=click.Path(), help="Local dataset file or folder (GSM8K test.jsonl or parquet).")
+@click.option("--data", type=click.Path(), help="GSM8K file or folder (JSONL, .jsonl.gz or parquet), or 'hub' for openai/gsm8k through `datasets` "
+              "(default: $EVALSVC_GSM8K_DATA, else the copy shipped with evalsvc).")
 @click.option("--template", help="Prompt template name (default: the task's chat template).")
 @click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=DecodingSettings().seed, show_default=True, type=int)

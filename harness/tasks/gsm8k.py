@@ -11,16 +11,20 @@ when it finds something and falls back to flexible otherwise; both are stored.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
 from decimal import Decimal, InvalidOperation
+from importlib import resources
 from pathlib import Path
+from typing import IO
 
 from harness.tasks.base import PromptTemplate, TaskError
 from harness.types import Completion, ItemResult, Request, Sample, stable_hash
 
 HUB_DATASET = ("openai/gsm8k", "main")
+HUB_SOURCE = "hub"  # `--data hub`: load HUB_DATASET through `datasets` instead of a file
 DATA_ENV = "EVALSVC_GSM8K_DATA"
 DEFAULT_LIMIT = 400
 N_SHOT = 8
@@ -119,7 +123,8 @@ class GSM8K:
         }
 
     def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]:
-        """The first `limit` test questions (400 when None), from `data`, $EVALSVC_GSM8K_DATA or the hub."""
+        """The first `limit` test questions (400 when None), from `data`, else $EVALSVC_GSM8K_DATA,
+        else the copy shipped in this package (see `load_split`)."""
         self._data = data or os.environ.get(DATA_ENV)
         rows = load_split("test", self._data, DEFAULT_LIMIT if limit is None else limit)
         return [self._to_sample(i, row) for i, row in enumerate(rows)]
@@ -156,27 +161,36 @@ class GSM8K:
 # -- data loading -----------------------------------------------------------
 
 
-def load_split(split: str, data: str | None, limit: int | None = None) -> list[dict[str, str]]:
-    """The first `limit` rows (all when None) of `split`, from a local file or folder
-    when given, else from the hub via `datasets`.
+def packaged_data_dir() -> Path:
+    """The GSM8K copy shipped in this package (test and train splits, gzip JSONL, with LICENSE and NOTICE)."""
+    return Path(str(resources.files("harness") / "data" / "gsm8k"))
 
-    `data` may be the test file itself (its sibling `train.*` is used for the
-    train split) or a folder holding `test.jsonl`/`train.jsonl` (or parquet).
+
+def load_split(split: str, data: str | None, limit: int | None = None) -> list[dict[str, str]]:
+    """The first `limit` rows (all when None) of `split`.
+
+    Sources: `data` when given, which is either `hub` (the hub's openai/gsm8k
+    `main` through `datasets`) or a local file or folder; otherwise the
+    packaged copy, which holds the same rows as the hub, so item ids and
+    hashes do not depend on where the rows came from. A file may be the test
+    file itself (its sibling `train.*` is used for the train split); a folder
+    holds `test`/`train` as .jsonl, .jsonl.gz or .parquet.
     """
-    if data:
-        return _read_rows(_resolve_split_file(Path(data), split), limit)
-    return _load_from_hub(split)[:limit]
+    if data == HUB_SOURCE:
+        return _load_from_hub(split)[:limit]
+    return _read_rows(_resolve_split_file(Path(data) if data else packaged_data_dir(), split), limit)
 
 
 def _resolve_split_file(path: Path, split: str) -> Path:
     folder = path if path.is_dir() else path.parent
     if path.is_file() and (split == "test" or split in path.name):
         return path
-    for suffix in (".jsonl", ".parquet", ".json"):
+    for suffix in (".jsonl", ".jsonl.gz", ".parquet", ".json"):
         for candidate in folder.glob(f"{split}*{suffix}"):
             return candidate
     if not path.exists():
-        raise GSM8KDataError(f"GSM8K data file {path} does not exist; pass --data PATH to a GSM8K test.jsonl or parquet")
+        raise GSM8KDataError(f"GSM8K data file {path} does not exist; pass --data PATH to a GSM8K test.jsonl "
+                             f"or parquet, or --data {HUB_SOURCE}")
     raise GSM8KDataError(f"no GSM8K {split} file next to {path}; put {split}.jsonl in {folder}")
 
 
@@ -194,22 +208,36 @@ def _read_rows(path: Path, limit: int | None) -> list[dict[str, str]]:
 
 
 def _read_jsonl(path: Path, limit: int | None) -> list[dict[str, str]]:
+    try:
+        with _open_text(path) as handle:
+            return _parse_jsonl(handle, path, limit)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # a truncated or non-gzip .gz, or bytes that are not UTF-8
+        raise GSM8KDataError(f"cannot read {path} ({type(exc).__name__}: {exc}); pass a UTF-8 JSONL file, "
+                             "gzip-compressed or not") from None
+
+
+def _parse_jsonl(handle: IO[str], path: Path, limit: int | None) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if limit is not None and len(rows) >= limit:
-                break  # rows past the subset are neither needed nor parsed
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                raise GSM8KDataError(f"{path} line {lineno} is not valid JSON; fix or remove that line") from None
-            if not isinstance(row, dict):
-                raise GSM8KDataError(f"{path} line {lineno} is not a JSON object")
-            _check_unicode(row, path, lineno)
-            rows.append(row)
+    for lineno, line in enumerate(handle, start=1):
+        if limit is not None and len(rows) >= limit:
+            break  # rows past the subset are neither needed nor parsed
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise GSM8KDataError(f"{path} line {lineno} is not valid JSON; fix or remove that line") from None
+        if not isinstance(row, dict):
+            raise GSM8KDataError(f"{path} line {lineno} is not a JSON object")
+        _check_unicode(row, path, lineno)
+        rows.append(row)
     return rows
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
 
 
 def _check_unicode(row: dict[str, object], path: Path, lineno: int) -> None:
@@ -232,6 +260,6 @@ def _load_from_hub(split: str) -> list[dict[str, str]]:
     except Exception as exc:  # datasets raises many types for "offline"
         raise GSM8KDataError(
             f"could not load {HUB_DATASET[0]} from the hub ({type(exc).__name__}); "
-            f"pass --data PATH to a local GSM8K test.jsonl or set {DATA_ENV}"
+            f"leave out --data {HUB_SOURCE} to use the copy shipped with evalsvc, or pass --data PATH"
         ) from exc
     return [{"question": r["question"], "answer": r["answer"]} for r in ds]
