@@ -187,3 +187,16 @@ def _count(db_path: str) -> int:
             return conn.execute("select count(*) from items").fetchone()[0]
     except sqlite3.OperationalError:
         return 0
+
+
+def test_run_without_data_uses_the_shipped_gsm8k_and_resumes_a_run_made_from_the_file(
+    oracle_server: FakeOpenAI, db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EVALSVC_GSM8K_DATA", raising=False)
+    assert run_cli(*run_args(oracle_server, db_path), "--limit", "6").exit_code == 0
+    args = ["run", "--endpoint", "step3", "--url", oracle_server.base_url, "--model", "fake-model", "--db", db_path,
+            "--no-progress", "--limit", "6", "--json"]
+    again = json.loads(run_cli(*args).output)["runs"][0]
+    assert (again["run_id"], again["resumed"], again["skipped"]) == (1, True, 6)  # same item ids and hashes
+    assert again["correct"] == expected_correct(6)
+    assert len(oracle_server.requests) == 6
