@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,19 +249,30 @@ def parse_completion(payload: dict[str, Any], mode: str, latency_s: float, attem
     if text is None and not reasoning:
         raise RequestFailed("response choice carries no text", retryable=True)
     usage = payload.get("usage") or {}
-    details = usage.get("completion_tokens_details") or {}
     extra = {k: payload[k] for k in ("meta_info", "system_fingerprint") if k in payload}
     return Completion(
         text=str(text or ""),
         reasoning_text=str(reasoning) if reasoning else None,
         prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
         completion_tokens=_int_or_none(usage.get("completion_tokens")),
-        reasoning_tokens=_int_or_none(details.get("reasoning_tokens") or usage.get("reasoning_tokens")),
+        reasoning_tokens=usage_reasoning_tokens(usage),
         finish_reason=choice.get("finish_reason"),
         latency_s=latency_s,
         attempts=attempts,
         extra=extra,
     )
+
+
+def usage_reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
+    """Reasoning tokens in a usage block, wherever the server puts them; None when it gives none.
+
+    OpenAI nests them (`completion_tokens_details.reasoning_tokens`); SGLang puts
+    them at the top level (`reasoning_tokens`, 0 without reasoning) and, in recent
+    versions, also nested when there are some. A nested 0 is a count, not a gap.
+    """
+    details = usage.get("completion_tokens_details")
+    nested = _int_or_none(details.get("reasoning_tokens")) if isinstance(details, Mapping) else None
+    return nested if nested is not None else _int_or_none(usage.get("reasoning_tokens"))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -198,3 +200,32 @@ def test_sglang_fingerprint_and_meta_info() -> None:
 ])
 def test_normalize_base_url(given: str, expected: str) -> None:
     assert normalize_base_url(given) == expected
+
+
+# ---------------------------------------------------------------- reasoning tokens, as SGLang and OpenAI report them
+
+SGLANG_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+
+
+def usage_fixture(name: str) -> dict[str, Any]:
+    return json.loads((SGLANG_FIXTURES / "usage.json").read_text())["usage"][name]
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ("sglang_0_5_23_reasoning", 352),
+        ("sglang_0_5_23_no_reasoning", 0),
+        ("sglang_top_level_only", 352),
+        ("openai_nested", 352),
+        ("openai_nested_zero", 0),
+        ("no_reasoning_count", None),
+    ],
+)
+def test_reasoning_tokens_are_read_where_the_server_puts_them(shape: str, expected: int | None) -> None:
+    usage = usage_fixture(shape)
+    reply = Reply(text="It is 4.", reasoning="2 plus 2", extra={"usage": usage})
+    with FakeOpenAI(lambda body: reply) as server:
+        result = complete(server)
+    assert result.reasoning_tokens == expected
+    assert result.completion_tokens == usage["completion_tokens"]
