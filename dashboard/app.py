@@ -9,6 +9,7 @@ from streamlit.navigation.page import StreamlitPage
 
 from dashboard import data, widgets
 from db.engine import StoreError
+from harness.redact import install_redaction, mask_url, register_url_secrets
 
 
 def build_navigation() -> StreamlitPage:
@@ -25,7 +26,7 @@ def build_navigation() -> StreamlitPage:
 
 def render_sidebar(url: str) -> None:
     """The store in use and the ladder's steps, on every page."""
-    st.sidebar.caption(f"Store: `{url}`")
+    st.sidebar.caption(f"Store: `{mask_url(url)}`")
     try:
         runs = data.load_runs(url)
     except StoreError:
@@ -36,7 +37,10 @@ def render_sidebar(url: str) -> None:
 def main() -> None:
     st.set_page_config(page_title="evalsvc", page_icon=":material/stairs:", layout="wide")
     navigation = build_navigation()
-    render_sidebar(data.db_url())
+    url = data.db_url()
+    install_redaction()  # the server's log lines and tracebacks are masked like the CLI's
+    register_url_secrets(url)
+    render_sidebar(url)
     navigation.run()
 
 

@@ -16,6 +16,7 @@ import streamlit as st
 
 from dashboard import analysis, data
 from db.engine import StoreError
+from harness.redact import mask_url
 
 PAGES = {
     "ladder": "views/ladder.py",
@@ -38,7 +39,8 @@ class Pair(NamedTuple):
 
 
 def start_guide(url: str) -> None:
-    """What to do when the store has no runs yet."""
+    """What to do when the store has no runs yet (the store's password, if any, masked)."""
+    url = mask_url(url)
     st.info("No runs in this store yet. Evaluate an endpoint to fill it:")
     st.code(
         f"evalsvc run --endpoint bf16 --url http://127.0.0.1:30000/v1 --model MODEL --task all --db '{url}'\n"

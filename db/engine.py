@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+
+from harness.redact import mask_text, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,14 @@ def to_url(db: str | None) -> str:
 
 @dataclass(frozen=True)
 class Store:
-    url: str
+    url: str = field(repr=False)  # holds the password, if any: show `display_url` instead
     engine: Engine
     sessions: sessionmaker[Session]
+
+    @property
+    def display_url(self) -> str:
+        """The store URL for people, password masked."""
+        return mask_url(self.url)
 
     def session(self) -> Session:
         return self.sessions()
@@ -67,11 +74,13 @@ def open_store(db: str | None = None, migrate: bool = True) -> Store:
             inspect(engine).get_table_names()
     except ImportError as exc:
         raise StoreError(
-            f"cannot open database {_redact(url)}: its driver is not installed ({exc.name}); "
+            f"cannot open database {mask_url(url)}: its driver is not installed ({exc.name}); "
             "for PostgreSQL: pip install 'evalsvc[postgres]'"
         ) from exc
     except (SQLAlchemyError, OSError) as exc:
-        raise StoreError(f"cannot open database {_redact(url)}: {exc.__class__.__name__}: {_first_line(exc)}") from exc
+        raise StoreError(
+            f"cannot open database {mask_url(url)}: {exc.__class__.__name__}: {mask_text(_first_line(exc))}"
+        ) from exc
     return Store(url=url, engine=engine, sessions=sessionmaker(engine, expire_on_commit=False))
 
 
@@ -144,13 +153,6 @@ def _lock_for_migration(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
 
 
 def _first_line(exc: BaseException) -> str:

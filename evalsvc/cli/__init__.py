@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from harness.redact import install_redaction, mask_text
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -48,10 +50,10 @@ class EvalsvcGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RunInterrupted as exc:
-            click.echo(f"interrupted: {exc}", err=True)
+            click.echo(mask_text(f"interrupted: {exc}"), err=True)
             sys.exit(EXIT_INTERRUPTED)
         except user_errors() as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(mask_text(f"error: {exc}"), err=True)
             sys.exit(EXIT_USER_ERROR)
 
 
@@ -59,6 +61,7 @@ class EvalsvcGroup(click.Group):
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 def main(verbose: int) -> None:
     """Accuracy and output-length evaluation for LLM inference optimization ladders."""
+    install_redaction()  # every log line and traceback of a command is masked; see harness.redact
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # One line per HTTP request drowns the run's own messages; only -vv shows them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 import sys
@@ -10,19 +11,35 @@ from pathlib import Path
 import click
 
 from db.engine import DB_ENV, to_url
+from evalsvc.cli.runs import secret_url
+from harness.redact import mask_url
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+OPEN_ADDRESS_WARNING = (
+    "warning: the dashboard listens on {address}, beyond this machine. Anyone who reaches it can read every "
+    "stored item and start evaluation jobs; it has no login of its own. Listen on 127.0.0.1 and put a reverse "
+    "proxy that authenticates in front of it (README: \"The dashboard on a shared machine\")."
+)
 
 
-def streamlit_argv(app: Path, db_url: str, port: int, address: str, headless: bool) -> list[str]:
-    """The `python -m streamlit run` command line for the app on `db_url`."""
+def streamlit_argv(app: Path, port: int, address: str, headless: bool) -> list[str]:
+    """The `python -m streamlit run` command line for the app; the store goes in the environment, never here."""
     return [
         sys.executable, "-m", "streamlit", "run", str(app),
         "--server.address", address, "--server.port", str(port),
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
-        "--", "--db", db_url,
     ]
+
+
+def is_loopback(address: str) -> bool:
+    """True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def find_app() -> Path:
@@ -35,15 +52,23 @@ def find_app() -> Path:
 
 
 @click.command("dashboard")
-@click.option("--db", envvar=DB_ENV, help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db).")
+@click.option("--db", envvar=DB_ENV, callback=secret_url,
+              help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db).")
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--address", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--address", default="127.0.0.1", show_default=True,
+              help="Interface to listen on. Anything but loopback exposes the page, which has no login.")
 @click.option("--open/--no-open", "open_browser", default=False, show_default=True, help="Open a browser tab.")
 def dashboard_command(db: str | None, port: int, address: str, open_browser: bool) -> None:
-    """Open the dashboard on the store: ladder, disagreements, significance, length and time, new runs."""
+    """Open the dashboard on the store: ladder, disagreements, significance, length and time, new runs.
+
+    Example: EVALSVC_DB=postgresql://user:password@host/db evalsvc dashboard --port 8501
+    """
     url = to_url(db)
-    argv = streamlit_argv(find_app(), url, port, address, headless=not open_browser)
-    click.echo(f"dashboard on http://{address}:{port} for {url} (Ctrl-C stops it)")
+    argv = streamlit_argv(find_app(), port, address, headless=not open_browser)
+    if not is_loopback(address):
+        click.echo(OPEN_ADDRESS_WARNING.format(address=address), err=True)
+    click.echo(f"dashboard on http://{address}:{port} for {mask_url(url)} (Ctrl-C stops it)")
+    # The URL may hold a password: the child gets it in its environment, which only this user can read.
     env = {**os.environ, DB_ENV: url}
     try:
         code = subprocess.call(argv, env=env)

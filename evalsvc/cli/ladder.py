@@ -82,7 +82,7 @@ def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as
     if as_json:
         steps = [{"step": o.step, "run_ids": list(o.run_ids), "reused": list(o.reused), "error": o.error}
                  for o in outcomes]
-        click.echo(json.dumps({"db": store.url, "steps": steps, "report": report.to_dict()}, indent=2))
+        click.echo(json.dumps({"db": store.display_url, "steps": steps, "report": report.to_dict()}, indent=2))
     else:
         print_text(store, report, outcomes)
     if any(o.error for o in outcomes):
@@ -96,7 +96,7 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
         click.echo(f"step {o.step}: {state}")
     click.echo("")
     click.echo(report.render_text())
-    click.echo(f"\nevery item is stored in {store.url}")
+    click.echo(f"\nevery item is stored in {store.display_url}")
 
 
 @click.command("demo")

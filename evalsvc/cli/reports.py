@@ -9,7 +9,7 @@ import click
 
 from db.engine import open_store
 from evalsvc.cli import register_errors
-from evalsvc.cli.runs import DB_OPTION, JSON_OPTION
+from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, secret_url
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
 
@@ -97,14 +97,14 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 @click.option("--n", "n", default=20, show_default=True, type=click.IntRange(min=2), help="Prompts to time.")
 @click.option("--max-tokens", default=PROBE_MAX_TOKENS, show_default=True, type=click.IntRange(min=2),
               help="Cap per request; keep it at least the accuracy runs' cap, or chat lengths are cut.")
-@click.option("--url", help="Base URL, when the endpoint is not stored yet.")
+@click.option("--url", callback=secret_url, help="Base URL, when the endpoint is not stored yet.")
 @click.option("--model", help="Model id, when the endpoint is not stored yet.")
 @click.option("--data", type=click.Path(), help="Local GSM8K file or folder (math prompts).")
 @click.option("--chat-data", help="Chat prompts: a JSONL file or a datasets name (default: built-in set).")
 @click.option("--tokens-per-second", "tps", type=float, help="Enter a decode speed by hand instead of measuring.")
 @click.option("--ttft", default=0.0, show_default=True, type=float, help="With --tokens-per-second: seconds to first token.")
 @click.option("--source", help="With --tokens-per-second: where the figure comes from.")
-@click.option("--api-key", envvar="EVALSVC_API_KEY")
+@API_KEY_OPTION
 @DB_OPTION
 @JSON_OPTION
 def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: str | None, model: str | None,

@@ -10,10 +10,34 @@ import click
 from db import queries
 from db.engine import open_store
 from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
+from harness.redact import mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
 
-DB_OPTION = click.option("--db", envvar="EVALSVC_DB", help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db).")
+
+
+def secret_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Option callback: the URL's password and keys are masked in every message of this process from now on."""
+    register_url_secrets(value)
+    return value
+
+
+def secret_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Option callback: the value is masked in every message of this process from now on."""
+    register_secret(value)
+    return value
+
+
+DB_OPTION = click.option(
+    "--db", envvar="EVALSVC_DB", callback=secret_url,
+    help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db). "
+         "A URL with a password is better given as $EVALSVC_DB: a command line is visible to every local user.",
+)
+API_KEY_OPTION = click.option(
+    "--api-key", envvar="EVALSVC_API_KEY", callback=secret_value,
+    help="Bearer token, if the endpoint needs one. Better given as $EVALSVC_API_KEY: a command line is visible "
+         "to every local user.",
+)
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
@@ -23,7 +47,8 @@ def task_list(task: str) -> list[str]:
 
 @click.command("run")
 @click.option("--endpoint", required=True, help="Name for this endpoint (a ladder step), e.g. step3.")
-@click.option("--url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1.")
+@click.option("--url", required=True, callback=secret_url,
+              help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1.")
 @click.option("--model", required=True, help="Model id as /v1/models lists it.")
 @click.option("--task", default="gsm8k", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
 @click.option("--limit", type=click.IntRange(min=1), help="First N items (default: 400 GSM8K, 164 HumanEval).")
@@ -35,7 +60,7 @@ def task_list(task: str) -> list[str]:
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float,
               help="Seconds each attempt at a request may take in all, reading the reply included.")
-@click.option("--api-key", envvar="EVALSVC_API_KEY", help="Bearer token, if the endpoint needs one.")
+@API_KEY_OPTION
 @click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")
 @click.option("--resume/--no-resume", default=True, show_default=True, help="Continue a stored run with the same identity.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
@@ -55,11 +80,11 @@ def run_command(**opts: Any) -> None:
         )
         outcomes.append(run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])))
     if opts["as_json"]:
-        click.echo(json.dumps({"db": store.url, "runs": [outcome_dict(o) for o in outcomes]}, indent=2))
+        click.echo(json.dumps({"db": store.display_url, "runs": [outcome_dict(o) for o in outcomes]}, indent=2))
     else:
         for outcome in outcomes:
             click.echo(describe_outcome(outcome))
-        click.echo(f"stored in {store.url}")
+        click.echo(f"stored in {store.display_url}")
     if any(o.summary.status == "failed" for o in outcomes):
         raise SystemExit(1)
 
@@ -135,7 +160,7 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
         endpoint = run.endpoint
         info = {
             **summary.as_dict(),
-            "base_url": endpoint.base_url,
+            "base_url": mask_url(endpoint.base_url),
             "model": endpoint.model,
             "mode": run.mode,
             "decoding": run.decoding,

@@ -123,7 +123,7 @@ def test_too_many_errors_marks_the_run_failed(db_path: str) -> None:
         ({"--data": "/nonexistent/test.jsonl"}, "does not exist; pass --data PATH"),
         ({"--db": "/proc/forbidden/x.db"}, "cannot open database"),
         ({"--endpoint": "x" * 201}, "endpoint name must be 1 to 200 characters, got 201"),
-        ({"--db": "postgresql://u:secret@127.0.0.1:9/nodb"}, "cannot open database postgresql://***@127.0.0.1:9"),
+        ({"--db": "postgresql://u:secret@127.0.0.1:9/nodb"}, "cannot open database postgresql://u:***@127.0.0.1:9"),
     ],
 )
 def test_bad_input_is_one_line_error(oracle_server: FakeOpenAI, db_path: str, change: dict, message: str) -> None:
@@ -133,7 +133,7 @@ def test_bad_input_is_one_line_error(oracle_server: FakeOpenAI, db_path: str, ch
     result = run_cli(*args)
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
-    assert result.output.startswith("error: ")
+    assert result.output.startswith("error: ") and "secret" not in result.output
     if Path(db_path).exists():
         with sqlite3.connect(db_path) as conn:
             assert conn.execute("select count(*) from runs").fetchone()[0] == 0

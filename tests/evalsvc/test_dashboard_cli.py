@@ -1,0 +1,46 @@
+"""`evalsvc dashboard`: the store URL reaches Streamlit through the environment, and an open address warns."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from evalsvc.cli import main
+from evalsvc.cli.dashboard import is_loopback
+
+URL = "postgresql+psycopg://team:dashboard-pw-123@db.internal/evals"
+
+
+def start(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, dict[str, Any]]:
+    """Run the command with `subprocess.call` caught; returns the result and what it would have started."""
+    started: dict[str, Any] = {}
+
+    def fake_call(argv: list[str], env: dict[str, str]) -> int:
+        started.update(argv=argv, env=env)
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    return CliRunner().invoke(main, ["dashboard", "--db", URL, *args]), started
+
+
+def test_store_url_goes_through_the_environment_and_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    result, started = start(monkeypatch)
+    assert result.exit_code == 0
+    assert not any("dashboard-pw-123" in arg for arg in started["argv"])
+    assert started["env"]["EVALSVC_DB"] == URL
+    assert "postgresql+psycopg://team:***@db.internal/evals" in result.output
+    assert "dashboard-pw-123" not in result.output and "warning" not in result.output
+
+
+@pytest.mark.parametrize(("address", "warns"), [
+    ("127.0.0.1", False), ("localhost", False), ("::1", False), ("127.0.0.2", False),
+    ("0.0.0.0", True), ("::", True), ("10.1.2.3", True), ("myhost.example", True),
+])
+def test_open_address_warns(monkeypatch: pytest.MonkeyPatch, address: str, warns: bool) -> None:
+    assert is_loopback(address) is not warns
+    result, _ = start(monkeypatch, "--address", address)
+    assert result.exit_code == 0
+    assert ("has no login of its own" in result.output) is warns
