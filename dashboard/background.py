@@ -24,7 +24,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from db.engine import to_url
+from db.engine import DB_ENV, to_url
+from harness.redact import has_credentials, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +86,17 @@ def jobs_dir(db_url: str) -> Path:
     if url.startswith("sqlite:///") and ":memory:" not in url:
         path = Path(url.split("///", 1)[1])
         return path.parent / f"{path.name}.dashboard-jobs"
-    digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(mask_url(url).encode()).hexdigest()[:12]  # the password changes nothing here
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "evalsvc" / "dashboard-jobs" / digest
 
 
-def run_argv(request: EvalRequest, db_url: str) -> list[str]:
-    """The `evalsvc` arguments for the request, exactly as typed on a command line."""
+def run_argv(request: EvalRequest) -> list[str]:
+    """The `evalsvc` arguments for the request, as typed on a command line; the store comes from $EVALSVC_DB."""
     check_request(request)
     task = request.tasks[0] if len(request.tasks) == 1 else "all"
     argv = ["run", "--endpoint", request.endpoint, "--url", request.base_url, "--model", request.model,
-            "--task", task, "--no-progress", "--db", db_url]
+            "--task", task, "--no-progress"]
     if request.limit:
         argv += ["--limit", str(request.limit)]
     if request.data:
@@ -117,6 +118,9 @@ def check_request(request: EvalRequest) -> None:
         raise JobError(f"fill in: {', '.join(missing)}")
     if not request.base_url.startswith(("http://", "https://")):
         raise JobError(f"URL must start with http:// or https://, got {request.base_url!r}")
+    if has_credentials(request.base_url):
+        raise JobError(f"the URL {mask_url(request.base_url)} carries a password or key, which would be stored and "
+                       "shown; remove it and give the key in the API key field")
     unknown = [t for t in request.tasks if t not in TASK_NAMES]
     if not request.tasks or unknown:
         raise JobError(f"pick tasks among {', '.join(TASK_NAMES)}" + (f"; unknown: {unknown}" if unknown else ""))
@@ -130,16 +134,17 @@ def check_request(request: EvalRequest) -> None:
 def start_job(request: EvalRequest, db_url: str, api_key: str | None = None) -> Job:
     """Start `evalsvc run` for the request in a detached process; returns the recorded job.
 
-    The API key goes to the child through its environment only, never to disk.
+    The store URL and the API key go to the child through its environment only, never to its command line
+    or to disk.
     """
     folder = jobs_dir(db_url)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     job_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{time.monotonic_ns() % 100000}"
-    job = Job(job_id=job_id, endpoint=request.endpoint, tasks=request.tasks, argv=tuple(run_argv(request, db_url)),
+    job = Job(job_id=job_id, endpoint=request.endpoint, tasks=request.tasks, argv=tuple(run_argv(request)),
               started_at=time.time(), log_path=str(folder / f"{job_id}.log"))
     job_file = folder / f"{job_id}.json"
     _write(job_file, job)
-    env = {**os.environ, API_KEY_ENV: api_key} if api_key else dict(os.environ)
+    env = {**os.environ, DB_ENV: to_url(db_url), **({API_KEY_ENV: api_key} if api_key else {})}
     with open(job.log_path, "ab") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dashboard.background", str(job_file)],

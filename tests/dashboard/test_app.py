@@ -340,10 +340,18 @@ def test_db_url_from_argv_then_env(monkeypatch: pytest.MonkeyPatch, argv: list[s
 
 def test_run_argv_is_the_cli_command() -> None:
     request = background.EvalRequest("s1", "http://h:1/v1", "m", ("gsm8k", "humaneval"), limit=20, repeat=True)
-    assert background.run_argv(request, "sqlite:////d.db") == [
+    assert background.run_argv(request) == [
         "run", "--endpoint", "s1", "--url", "http://h:1/v1", "--model", "m", "--task", "all", "--no-progress",
-        "--db", "sqlite:////d.db", "--limit", "20", "--concurrency", "8", "--repeat",
+        "--limit", "20", "--concurrency", "8", "--repeat",
     ]
+
+
+@pytest.mark.parametrize("url", ["http://user:pw-in-url@h:1/v1", "http://h:1/v1?api_key=k-in-query"])
+def test_a_url_with_credentials_is_refused(url: str) -> None:
+    request = background.EvalRequest("s1", url, "m", ("gsm8k",))
+    with pytest.raises(background.JobError, match="carries a password or key") as caught:
+        background.run_argv(request)
+    assert "pw-in-url" not in str(caught.value) and "k-in-query" not in str(caught.value)
 
 
 def test_measured_speeds_are_read_from_the_speed_store(tmp_path: Path) -> None:
