@@ -172,20 +172,6 @@ def test_resolved_url_is_checked() -> None:
 # ---------------------------------------------------------------- example ladder files
 
 
-def test_sglang_example_is_a_real_ladder() -> None:
-    ladder = load_ladder(LADDERS / "sglang-gpu.yaml")
-    assert len(ladder.steps) >= 5
-    for step in ladder.steps:
-        assert step.launch is not None
-        assert step.launch.command[:3] == ("python", "-m", "sglang.launch_server")
-    flags = [set(a for a in s.launch.command if a.startswith("--")) for s in ladder.steps if s.launch]
-    assert "--quantization" in flags[1]
-    assert "--speculative-algorithm" in flags[2] and "--speculative-draft-model-path" in flags[2]
-    assert "--attention-backend" in flags[3]
-    ports = [s.base_url.rsplit(":", 1)[1] for s in ladder.steps]
-    assert len(set(ports)) == len(ports)
-
-
 def test_embedded_example_resolves_with_engine_names() -> None:
     from evalsvc.embedded import EngineInfo
 
