@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.redact import mask_text, mask_url
+from harness.redact import MaskedError, mask_text, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = 0x65766C73
 
 
-class StoreError(Exception):
+class StoreError(MaskedError):
     """The store cannot be opened or migrated."""
 
 

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import Endpoint, Item, Run, utcnow
+from harness.redact import scrub, strip_credentials
 from harness.types import Completion, ItemResult, Request, Sample
 
 if TYPE_CHECKING:
@@ -73,9 +74,14 @@ class RunSummary:
 def upsert_endpoint(
     session: Session, name: str, base_url: str, model: str, fingerprint: dict[str, Any], metadata: dict[str, Any]
 ) -> Endpoint:
-    """The endpoint called `name`, created or refreshed. A name stays bound to one model."""
+    """The endpoint called `name`, created or refreshed. A name stays bound to one model.
+
+    Nothing secret is stored: the URL loses its user part and key parameters, and credential fields of the
+    fingerprint (SGLang's server info lists its `api_key`) and metadata are masked.
+    """
     if not name.strip() or len(name) > NAME_MAX:
         raise InvalidName(f"endpoint name must be 1 to {NAME_MAX} characters, got {len(name)}; choose a shorter --endpoint")
+    base_url, fingerprint, metadata = strip_credentials(base_url), scrub(fingerprint), scrub(metadata)
     endpoint = session.scalar(select(Endpoint).where(Endpoint.name == name))
     if endpoint is None:
         endpoint = Endpoint(name=name, base_url=base_url, model=model, fingerprint=fingerprint, metadata_=metadata)

@@ -47,6 +47,8 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
+from harness.redact import MaskedError
+
 log = logging.getLogger(__name__)
 
 Mode = Literal["chat", "completions"]
@@ -63,7 +65,7 @@ _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
 
 
-class LadderError(ValueError):
+class LadderError(MaskedError, ValueError):
     """A ladder file is malformed; the message names the file, the step and the key."""
 
     def __init__(self, source: str, message: str, step: str | None = None, key: str | None = None) -> None:
@@ -348,7 +350,7 @@ def _step_strings(step: LadderStep) -> Iterator[str]:
 # ---------------------------------------------------------------- launching
 
 
-class StepLaunchError(RuntimeError):
+class StepLaunchError(MaskedError, RuntimeError):
     """A step's server could not be started; carries the step name and its log tail."""
 
     def __init__(self, step: str, message: str, log_path: Path | None = None, log_tail: str = "") -> None:

@@ -15,6 +15,7 @@ from db.engine import Store
 from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
+from harness.redact import MaskedError
 from harness.speed import PROBE_MAX_TOKENS, SpeedSample, fetch_sglang_spec_stats, probe_speed
 from harness.tasks import get_task, pick_template
 from harness.types import Request
@@ -25,7 +26,7 @@ WORKLOADS = ("math", "code", "chat")
 WORKLOAD_TASK = {"math": "gsm8k", "code": "humaneval"}
 
 
-class SpeedError(Exception):
+class SpeedError(MaskedError):
     """A speed measurement cannot be made or stored."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from harness.redact import MaskedError
 from harness.types import Completion, DecodingSettings, Request
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,11 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-class EndpointError(Exception):
+class EndpointError(MaskedError):
     """The endpoint cannot be used at all (unreachable, not OpenAI-compatible, unknown model)."""
 
 
-class RequestFailed(Exception):
+class RequestFailed(MaskedError):
     """One request failed; `retryable` says whether trying again may help."""
 
     def __init__(self, message: str, retryable: bool, retry_after: float | None = None) -> None:

@@ -200,6 +200,13 @@ def scrub_env(env: dict[str, str], names: Iterable[str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if key not in drop}
 
 
+class MaskedError(Exception):
+    """An exception whose message is masked when it is made, so no handler can show the raw URL or key."""
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(mask_text(str(message)), *args)
+
+
 # --- process-wide defaults ------------------------------------------------------------------
 
 _installed = False

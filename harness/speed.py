@@ -41,6 +41,7 @@ import httpx
 import numpy as np
 
 from harness.chat_prompts import ChatPrompt
+from harness.redact import mask_text
 from harness.types import DecodingSettings, Mode, Request
 
 logger = logging.getLogger(__name__)
@@ -305,14 +306,14 @@ async def _stream_one(
                 return SpeedSample(
                     index=index,
                     total_s=time.perf_counter() - t_start,
-                    error=f"HTTP {response.status_code} from {url}: {text}",
+                    error=mask_text(f"HTTP {response.status_code} from {url}: {text}"),
                 )
             async for line in response.aiter_lines():
                 _absorb_line(state, line, time.perf_counter())
                 if state.error or state.done:
                     break
     except httpx.HTTPError as exc:
-        state.error = f"{type(exc).__name__} from {url} after {state.text_chunks} text chunks: {exc}"
+        state.error = mask_text(f"{type(exc).__name__} from {url} after {state.text_chunks} text chunks: {exc}")
     return _sample_from_state(index, state, t_start, time.perf_counter())
 
 
