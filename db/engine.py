@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,10 +42,47 @@ def default_db_url() -> str:
 
 
 def to_url(db: str | None) -> str:
-    """Accept a SQLAlchemy URL or a plain file path (taken as SQLite)."""
+    """A SQLAlchemy URL for a `--db` value: a URL, or a plain file path (taken as SQLite).
+
+    SQLite URLs come back with an absolute path, so every message names the
+    file really opened; a misspelt `sqlite:` URL is refused, never read as a
+    file name.
+    """
     if not db:
         return default_db_url()
-    return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
+    if "://" not in db:
+        if db.lower().startswith("sqlite:"):
+            raise StoreError(_sqlite_spelling(db, db.split(":", 1)[1]))
+        return f"sqlite:///{Path(db).expanduser().resolve()}"
+    if not db.lower().startswith("sqlite"):
+        return db
+    path, query = _sqlite_parts(db)
+    if not path or path == ":memory:":
+        raise StoreError(f"--db {db} is an in-memory SQLite database, which keeps nothing; give a file path")
+    if not Path(path).expanduser().is_absolute() and not Path(path).parent.is_dir():
+        raise StoreError(f"--db {db} names {path} relative to {Path.cwd()}, and folder {Path(path).parent} "
+                         f"is not there; for /{path} write sqlite:////{path} or just --db /{path}")
+    scheme = db.split("://", 1)[0]
+    return f"{scheme}:///{Path(path).expanduser().resolve()}" + (f"?{query}" if query else "")
+
+
+def _sqlite_parts(url: str) -> tuple[str, str]:
+    """(database path, query string) of a SQLite URL, the path as SQLAlchemy reads it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(f"--db {url} is not a valid SQLAlchemy URL: {_first_line(exc)}") from exc
+    query = url.split("?", 1)[1] if "?" in url else ""
+    return parsed.database or "", query
+
+
+def _sqlite_spelling(given: str, path: str) -> str:
+    absolute = Path(path).expanduser().resolve()
+    return (f"--db {given} is not a SQLAlchemy URL (SQLite URLs start with sqlite:///, and an absolute path "
+            f"adds a fourth slash); write --db sqlite:///{absolute} or just --db {absolute}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +90,9 @@ class Store:
     url: str = field(repr=False)  # holds the password, if any: show `display_url` instead
     engine: Engine
     sessions: sessionmaker[Session]
+    # Until a new store's tables are made (on its first session): the callback that announces it.
+    _pending: list[Callable[["Store"], None]] = field(default_factory=list, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def display_url(self) -> str:
@@ -57,21 +100,56 @@ class Store:
         return mask_url(self.url)
 
     def session(self) -> Session:
+        if self._pending:
+            self._create()
         return self.sessions()
+
+    def _create(self) -> None:
+        with self._lock:
+            if not self._pending:
+                return
+            with _store_errors(self.url):
+                upgrade_schema(self.engine)
+            self._pending.pop()(self)
 
     def dispose(self) -> None:
         self.engine.dispose()
 
 
-def open_store(db: str | None = None, migrate: bool = True) -> Store:
-    """Open (and create or upgrade) the store at `db`; raises StoreError with the URL on failure."""
+def open_store(db: str | None = None, migrate: bool = True, create: bool = True,
+               on_create: Callable[[Store], None] | None = None) -> Store:
+    """Open the evalsvc store at `db` and bring it to the latest schema; raises StoreError naming the URL.
+
+    With `create` False, a store that does not exist yet is refused rather
+    than made. A database that holds other tables than an evalsvc store's is
+    refused either way and never altered. A new SQLite file is made only in
+    an existing folder, or in the default store's folder. With `on_create`,
+    a new store is made only when first used (its first session), and
+    `on_create(store)` is called then: a command that fails before it writes
+    anything leaves no store behind.
+    """
     url = to_url(db)
-    try:
+    with _store_errors(url):
+        if url.startswith("sqlite"):
+            is_new = _check_sqlite_file(url, create)
         engine = _make_engine(url)
-        if migrate:
+        if not url.startswith("sqlite"):
+            is_new = _check_tables(url, set(inspect(engine).get_table_names()), create)
+        store = Store(url=url, engine=engine, sessions=sessionmaker(engine, expire_on_commit=False))
+        if is_new and on_create is not None:
+            store._pending.append(on_create)
+        elif migrate:
             upgrade_schema(engine)
         else:
             inspect(engine).get_table_names()
+    return store
+
+
+@contextmanager
+def _store_errors(url: str) -> Iterator[None]:
+    """Driver and I/O failures while opening or making the store, as a StoreError naming the URL."""
+    try:
+        yield
     except ImportError as exc:
         raise StoreError(
             f"cannot open database {mask_url(url)}: its driver is not installed ({exc.name}); "
@@ -81,14 +159,64 @@ def open_store(db: str | None = None, migrate: bool = True) -> Store:
         raise StoreError(
             f"cannot open database {mask_url(url)}: {exc.__class__.__name__}: {mask_text(_first_line(exc))}"
         ) from exc
-    return Store(url=url, engine=engine, sessions=sessionmaker(engine, expire_on_commit=False))
+
+
+def _check_sqlite_file(url: str, create: bool) -> bool:
+    """Whether the SQLite store at `url` is new; StoreError when it must not be opened or made."""
+    path = Path(_sqlite_parts(url)[0])
+    if path.is_dir():
+        raise StoreError(f"cannot open database {url}: {path} is a folder; give a file path")
+    if path.exists():
+        return _check_tables(url, _sqlite_tables(path), create)
+    if not create:
+        raise StoreError(f"no evalsvc store at {path}; {_default_note()}; `evalsvc run` creates a store")
+    default = Path(_sqlite_parts(default_db_url())[0]) if default_db_url().startswith("sqlite") else None
+    if path == default:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():
+        raise StoreError(f"cannot open database {url}: folder {path.parent} does not exist; "
+                         "create it first or give another --db")
+    return True
+
+
+def _sqlite_tables(path: Path) -> set[str]:
+    """The tables of an existing SQLite file, read without changing it (no pragma, no journal switch)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=60)
+        try:
+            return {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not an SQLite database ({exc}); give the path of an evalsvc store") from exc
+
+
+def _check_tables(url: str, tables: set[str], create: bool) -> bool:
+    """Whether the database is empty (a new store); StoreError when it holds anything but an evalsvc store."""
+    if not tables:
+        if not create:
+            raise StoreError(f"no evalsvc store in {store_location(url)} (the database is empty); {_default_note()}; "
+                             "`evalsvc run` creates a store")
+        return True
+    if "alembic_version" not in tables or not tables & _STORE_TABLES:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise StoreError(f"{store_location(url)} is not an evalsvc store (it holds the tables {shown}); "
+                         "evalsvc leaves it untouched, give another --db")
+    return False
+
+
+_STORE_TABLES = {"endpoints", "runs", "items"}
+
+
+def _default_note() -> str:
+    source = f" (from ${DB_ENV})" if os.environ.get(DB_ENV) else ""
+    return f"the default store is {store_location(default_db_url())}{source}"
 
 
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 60})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
@@ -153,6 +281,11 @@ def _lock_for_migration(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+
+
+def store_location(url: str) -> str:
+    """Where a store is, for people: a SQLite store's file path, else the URL without its password."""
+    return _sqlite_parts(url)[0] if url.startswith("sqlite") else mask_url(url)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -71,6 +71,15 @@ class RunSummary:
 # -- endpoints ----------------------------------------------------------------
 
 
+def check_endpoint_name(name: str) -> None:
+    """Raise InvalidName for a name the store cannot hold or that reads as a run id."""
+    if not name.strip() or len(name) > NAME_MAX:
+        raise InvalidName(f"endpoint name must be 1 to {NAME_MAX} characters, got {len(name)}; choose a shorter --endpoint")
+    if name.isdigit():
+        raise InvalidName(f"endpoint name {name!r} looks like a run id (`show {name}` would mean run {name}); "
+                          "choose a name with a letter in it, e.g. step" + name)
+
+
 def upsert_endpoint(
     session: Session, name: str, base_url: str, model: str, fingerprint: dict[str, Any], metadata: dict[str, Any]
 ) -> Endpoint:
@@ -79,8 +88,7 @@ def upsert_endpoint(
     Nothing secret is stored: the URL loses its user part and key parameters, and credential fields of the
     fingerprint (SGLang's server info lists its `api_key`) and metadata are masked.
     """
-    if not name.strip() or len(name) > NAME_MAX:
-        raise InvalidName(f"endpoint name must be 1 to {NAME_MAX} characters, got {len(name)}; choose a shorter --endpoint")
+    check_endpoint_name(name)
     base_url, fingerprint, metadata = strip_credentials(base_url), scrub(fingerprint), scrub(metadata)
     endpoint = session.scalar(select(Endpoint).where(Endpoint.name == name))
     if endpoint is None:

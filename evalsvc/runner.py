@@ -99,6 +99,7 @@ def run_evaluation(store: Store, spec: RunSpec, progress: bool = True) -> RunOut
 
 
 async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> RunOutcome:
+    queries.check_endpoint_name(spec.endpoint)
     task = get_task(spec.task)
     template = pick_template(task, spec.template)
     samples = task.load_samples(spec.data, spec.limit)

@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from db.engine import Store, open_store
+from db.engine import Store
 from evalsvc.cli import register_errors
-from evalsvc.cli.runs import DB_OPTION, JSON_OPTION, task_list
+from evalsvc.cli.runs import DB_OPTION, JSON_OPTION, task_list, write_store
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, prepare_ladder, run_ladder
 from evalsvc.runner import RunSpec
@@ -64,7 +64,7 @@ def ladder_group() -> None:
 def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str | None, max_tokens: int,
                        concurrency: int, speed_n: int, no_progress: bool, db: str | None, as_json: bool) -> None:
     """Launch (when the file says how), evaluate and stop each step in turn."""
-    store = open_store(db)
+    store = write_store(db)
     ladder = prepare_ladder(load_ladder(ladder_file))
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=concurrency,
                    settings=DecodingSettings(max_tokens=max_tokens))
@@ -107,7 +107,7 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
 @JSON_OPTION
 def demo_command(full: bool, data: str | None, no_progress: bool, db: str | None, as_json: bool) -> None:
     """Build and serve the embedded CPU ladder, evaluate it and print the comparison."""
-    store = open_store(db)
+    store = write_store(db)
     ladder = prepare_ladder(load_ladder(embedded_ladder_path()))
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1,
                    settings=DecodingSettings(max_tokens=DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS))

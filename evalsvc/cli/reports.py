@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from db.engine import open_store
 from evalsvc.cli import register_errors
-from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, secret_url
+from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, read_store, secret_url, write_store
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
 
@@ -46,7 +45,7 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, margi
     from evalsvc import reports
     from evalsvc.compare import render_comparisons_markdown, render_comparisons_text
 
-    store = open_store(db)
+    store = read_store(db)
     comparisons = reports.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), margin / 100, force)
     if as_json:
         payload: dict[str, Any] = {"comparisons": [c.to_dict() for c in comparisons]}
@@ -83,7 +82,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
         n.strip() for n in (endpoints or "").split(",") if n.strip()]
     if len(names) < 2:
         raise click.UsageError("a report needs at least two steps")
-    store = open_store(db)
+    store = read_store(db)
     report = reports.ladder_report_for(store, names, baseline=baseline, margin=margin / 100, force=force)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
@@ -114,7 +113,7 @@ def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: st
     from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand
     from evalsvc.reports import speed_summary
 
-    store = open_store(db)
+    store = write_store(db) if url and model else read_store(db)
     if tps is not None:
         run = record_speed_by_hand(store, endpoint, workload, tps, ttft, source or "")
     else:
@@ -150,7 +149,7 @@ def decide_command(a: str, b: str, margin: float, db: str | None, as_json: bool)
     """Per workload: take step B, or stop at A, and why."""
     from evalsvc import reports
 
-    store = open_store(db)
+    store = read_store(db)
     comparisons = reports.compare_refs(store, a, b, list(TASK_NAMES), margin / 100)
     decision = reports.decide_pair(store, a, b, comparisons)
     if as_json:

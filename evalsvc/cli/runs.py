@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from db import queries
-from db.engine import open_store
+from db.engine import Store, open_store, store_location
 from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
 from harness.redact import mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
@@ -41,6 +41,21 @@ API_KEY_OPTION = click.option(
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
+def read_store(db: str | None) -> Store:
+    """The existing store for a command that only reads: a mistyped --db is an error, never a new empty store."""
+    return open_store(db, create=False)
+
+
+def write_store(db: str | None) -> Store:
+    """The store a command writes to; a new one is made (at the path given, or the default) only when the
+    command first writes, and said once on stderr."""
+    return open_store(db, create=True, on_create=announce_new_store)
+
+
+def announce_new_store(store: Store) -> None:
+    click.echo(f"created a new evalsvc store at {store_location(store.url)}", err=True)
+
+
 def task_list(task: str) -> list[str]:
     return list(TASK_NAMES) if task == "all" else [task]
 
@@ -68,7 +83,7 @@ def task_list(task: str) -> list[str]:
 @JSON_OPTION
 def run_command(**opts: Any) -> None:
     """Evaluate one endpoint and store every item."""
-    store = open_store(opts["db"])
+    store = write_store(opts["db"])
     settings = DecodingSettings(max_tokens=opts["max_tokens"], seed=opts["seed"])
     outcomes = []
     for task in task_list(opts["task"]):
@@ -113,7 +128,7 @@ def summary_line(s: queries.RunSummary) -> str:
 @JSON_OPTION
 def runs_command(db: str | None, as_json: bool) -> None:
     """List stored runs."""
-    store = open_store(db)
+    store = read_store(db)
     with store.session() as session:
         summaries = queries.summarize_runs(session)
     if as_json:
@@ -153,7 +168,7 @@ def render_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 @JSON_OPTION
 def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) -> None:
     """Summarise one run (by id, or an endpoint's latest complete run)."""
-    store = open_store(db)
+    store = read_store(db)
     with store.session() as session:
         run = queries.resolve_run(session, run_ref, task)
         summary = queries.summarize_runs(session, [run.id])[0]

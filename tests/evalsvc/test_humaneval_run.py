@@ -30,7 +30,7 @@ def test_humaneval_run_executes_every_problem(db_path: str) -> None:
     with FakeOpenAI(respond) as server:
         result = run_cli("run", "--endpoint", "step4", "--url", server.base_url, "--model", "fake-model",
                          "--task", "humaneval", "--db", db_path, "--no-progress", "--json")
-    run = json.loads(result.output)["runs"][0]
+    run = json.loads(result.stdout)["runs"][0]
     expected = sum(not broken(t) for t in PROBLEMS)
     assert (run["n"], run["errors"], run["correct"]) == (164, 0, expected)
     with sqlite3.connect(db_path) as conn:

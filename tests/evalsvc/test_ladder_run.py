@@ -42,10 +42,10 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
                 "--db", db_path, "--no-progress", "--speed", "2"]
         first = run_cli(*args, "--json")
         assert first.exit_code == 1  # one step failed
-        steps = {s["step"]: s for s in json.loads(first.output)["steps"]}
+        steps = {s["step"]: s for s in json.loads(first.stdout)["steps"]}
         assert steps["broken"]["error"] is not None and "CUDA out of memory" in steps["broken"]["error"]
         assert steps["bf16"]["error"] is None and steps["int4"]["error"] is None
-        report = json.loads(first.output)["report"]
+        report = json.loads(first.stdout)["report"]
         assert [(c["step_a"], c["step_b"]) for c in report["comparisons"]] == [("bf16", "int4")]
         # 30 items, then a warm-up and 2 timed prompts for each of math and chat.
         assert len(a.requests) == 36 and len(b.requests) == 36

@@ -44,7 +44,7 @@ def table_from_sqlite(db: str, a: str, b: str) -> tuple[int, int, int, int]:
 
 
 def test_compare_json_matches_statsmodels(ladder_db: str) -> None:
-    out = json.loads(run_cli("compare", "bf16", "int3", "--db", ladder_db, "--json").output)["comparisons"][0]
+    out = json.loads(run_cli("compare", "bf16", "int3", "--db", ladder_db, "--json").stdout)["comparisons"][0]
     both, a_only, b_only, neither = table_from_sqlite(ladder_db, "bf16", "int3")
     assert (out["n_paired"], out["both_correct"], out["a_only"], out["b_only"], out["neither"]) == (
         120, both, a_only, b_only, neither)
@@ -73,12 +73,12 @@ def test_compare_refuses_different_templates_unless_forced(db_path: str) -> None
     store_run(db_path, "b", lambda q: False, lambda q: 10, "--max-tokens", "256")
     refused = run_cli("compare", "a", "b", "--db", db_path)
     assert refused.exit_code == 2 and "--force" in refused.output and "max_tokens" in refused.output
-    forced = json.loads(run_cli("compare", "a", "b", "--db", db_path, "--force", "--json").output)["comparisons"][0]
+    forced = json.loads(run_cli("compare", "a", "b", "--db", db_path, "--force", "--json").stdout)["comparisons"][0]
     assert forced["forced"] is True and forced["n_paired"] == 120
 
 
 def test_report_over_a_ladder_holm_adjusts(ladder_db: str) -> None:
-    report = json.loads(run_cli("report", "--endpoints", "bf16,int4,int3", "--db", ladder_db, "--json").output)
+    report = json.loads(run_cli("report", "--endpoints", "bf16,int4,int3", "--db", ladder_db, "--json").stdout)
     kinds = [(c["step_a"], c["step_b"], c["vs"]) for c in report["comparisons"]]
     assert kinds == [("bf16", "int4", "previous"), ("int4", "int3", "previous"), ("bf16", "int3", "baseline")]
     from statsmodels.stats.multitest import multipletests
@@ -96,15 +96,15 @@ def test_repeat_runs_give_a_noise_floor(db_path: str) -> None:
     store_run(db_path, "a", lambda q: len(q) % 4 == 0 or len(q) % 9 == 0, lambda q: 10, "--repeat")
     store_run(db_path, "b", lambda q: len(q) % 4 == 0 or len(q) % 17 == 0, lambda q: 10)
     store_run(db_path, "c", lambda q: len(q) % 4 == 0 or len(q) % 7 == 0, lambda q: 10)
-    near = json.loads(run_cli("compare", "a", "b", "--db", db_path, "--json").output)["comparisons"][0]
-    far = json.loads(run_cli("compare", "a", "c", "--db", db_path, "--json").output)["comparisons"][0]
+    near = json.loads(run_cli("compare", "a", "b", "--db", db_path, "--json").stdout)["comparisons"][0]
+    far = json.loads(run_cli("compare", "a", "c", "--db", db_path, "--json").stdout)["comparisons"][0]
     assert near["flip_rate"] == pytest.approx(6 / 120)
     assert near["noise_floor"] is True and far["noise_floor"] is False
 
 
 def decide_json(db: str) -> dict[str, dict]:
     # 120 identical answers show "no worse" only at a 5-point margin (2 points needs more items).
-    out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db, "--json").output)
+    out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db, "--json").stdout)
     return {w["workload"]: w for w in out["workloads"]}
 
 

@@ -30,7 +30,7 @@ def run_args(server: FakeOpenAI, db: str, *extra: str) -> list[str]:
 def test_run_stores_400_items_with_tokens_and_right_accuracy(oracle_server: FakeOpenAI, db_path: str) -> None:
     result = run_cli(*run_args(oracle_server, db_path), "--json")
     assert result.exit_code == 0, result.output
-    run = json.loads(result.output)["runs"][0]
+    run = json.loads(result.stdout)["runs"][0]
     correct = expected_correct(400)
     assert (run["task"], run["endpoint"], run["n"], run["errors"]) == ("gsm8k", "step3", 400, 0)
     assert run["correct"] == correct and run["accuracy"] == pytest.approx(correct / 400)
@@ -45,14 +45,14 @@ def test_run_stores_400_items_with_tokens_and_right_accuracy(oracle_server: Fake
 
 def test_rerun_same_config_does_not_redo_items(oracle_server: FakeOpenAI, db_path: str) -> None:
     assert run_cli(*run_args(oracle_server, db_path), "--limit", "20").exit_code == 0
-    again = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "20", "--json").output)["runs"][0]
+    again = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "20", "--json").stdout)["runs"][0]
     assert len(oracle_server.requests) == 20
     assert (again["run_id"], again["resumed"], again["skipped"], again["n"]) == (1, True, 20, 20)
 
 
 def test_larger_limit_reuses_the_stored_items_and_asks_only_for_new_ones(oracle_server: FakeOpenAI, db_path: str) -> None:
     assert run_cli(*run_args(oracle_server, db_path), "--limit", "20").exit_code == 0
-    grown = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "30", "--json").output)["runs"][0]
+    grown = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "30", "--json").stdout)["runs"][0]
     assert len(oracle_server.requests) == 30  # 20, then only the 10 new items
     assert (grown["run_id"], grown["skipped"], grown["n"], grown["status"]) == (2, 20, 30, "complete")
     assert grown["correct"] == expected_correct(30)
@@ -64,7 +64,7 @@ def test_larger_limit_reuses_the_stored_items_and_asks_only_for_new_ones(oracle_
 
 def test_repeat_starts_a_new_run(oracle_server: FakeOpenAI, db_path: str) -> None:
     run_cli(*run_args(oracle_server, db_path), "--limit", "5")
-    second = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "5", "--repeat", "--json").output)
+    second = json.loads(run_cli(*run_args(oracle_server, db_path), "--limit", "5", "--repeat", "--json").stdout)
     assert second["runs"][0]["run_id"] == 2 and second["runs"][0]["repeat"] == 1
     assert len(oracle_server.requests) == 10
 
@@ -80,9 +80,9 @@ def test_runs_and_show_output(oracle_server: FakeOpenAI, db_path: str) -> None:
     shown = run_cli("show", "step3", "--db", db_path).output
     assert f"items 8/8: {correct}/8 correct ({correct / 8:.1%}), 0 errors, 0 truncated" in shown
     assert "template zeroshot-chat@v1, mode chat, status complete" in shown
-    as_json = json.loads(run_cli("show", "1", "--db", db_path, "--json").output)
+    as_json = json.loads(run_cli("show", "1", "--db", db_path, "--json").stdout)
     assert as_json["decoding"]["temperature"] == 0.0 and as_json["correct"] == correct
-    runs_json = json.loads(run_cli("runs", "--db", db_path, "--json").output)
+    runs_json = json.loads(run_cli("runs", "--db", db_path, "--json").stdout)
     assert [r["run_id"] for r in runs_json["runs"]] == [1]
 
 
@@ -90,7 +90,7 @@ def test_truncation_is_recorded(db_path: str) -> None:
     from tests.fake_openai import Reply
 
     with FakeOpenAI(lambda b: Reply(text="The answer is", finish_reason="length", completion_tokens=2048)) as s:
-        out = json.loads(run_cli(*run_args(s, db_path), "--limit", "3", "--json").output)["runs"][0]
+        out = json.loads(run_cli(*run_args(s, db_path), "--limit", "3", "--json").stdout)["runs"][0]
     assert out["truncated"] == 3 and out["correct"] == 0
 
 
@@ -98,7 +98,7 @@ def test_endpoint_errors_are_stored_apart_from_wrong_answers(db_path: str) -> No
     # Item requests whose question contains "eggs" always fail with 400: stored as errors, not as wrong.
     plan = lambda i, body: Fault("status", 400) if "eggs" in json.dumps(body) else None  # noqa: E731
     with FakeOpenAI(gsm8k_oracle(lambda q: False), faults=plan) as server:
-        out = json.loads(run_cli(*run_args(server, db_path), "--limit", "40", "--json").output)["runs"][0]
+        out = json.loads(run_cli(*run_args(server, db_path), "--limit", "40", "--json").stdout)["runs"][0]
     failing = sum("eggs" in q for q in list(gsm8k_answers())[:40])
     assert failing > 0
     assert (out["errors"], out["correct"], out["n"]) == (failing, 40 - failing, 40)
@@ -112,7 +112,7 @@ def test_too_many_errors_marks_the_run_failed(db_path: str) -> None:
     with FakeOpenAI(faults=lambda i, b: Fault("status", 404)) as server:
         result = run_cli(*run_args(server, db_path), "--limit", "5", "--json")
     assert result.exit_code == 1
-    assert json.loads(result.output)["runs"][0]["status"] == "failed"
+    assert json.loads(result.stdout)["runs"][0]["status"] == "failed"
 
 
 @pytest.mark.parametrize(
@@ -131,12 +131,10 @@ def test_bad_input_is_one_line_error(oracle_server: FakeOpenAI, db_path: str, ch
     for key, value in change.items():
         args[args.index(key) + 1] = value
     result = run_cli(*args)
-    assert result.exit_code == 2
-    assert message in result.output and len(result.output.strip().splitlines()) == 1
-    assert result.output.startswith("error: ") and "secret" not in result.output
-    if Path(db_path).exists():
-        with sqlite3.connect(db_path) as conn:
-            assert conn.execute("select count(*) from runs").fetchone()[0] == 0
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "secret" not in result.output
+    assert not Path(db_path).exists()  # a run that never started leaves no store behind
 
 
 def test_kill_mid_run_then_rerun_finishes_with_exactly_400(db_path: str) -> None:
@@ -196,7 +194,7 @@ def test_run_without_data_uses_the_shipped_gsm8k_and_resumes_a_run_made_from_the
     assert run_cli(*run_args(oracle_server, db_path), "--limit", "6").exit_code == 0
     args = ["run", "--endpoint", "step3", "--url", oracle_server.base_url, "--model", "fake-model", "--db", db_path,
             "--no-progress", "--limit", "6", "--json"]
-    again = json.loads(run_cli(*args).output)["runs"][0]
+    again = json.loads(run_cli(*args).stdout)["runs"][0]
     assert (again["run_id"], again["resumed"], again["skipped"]) == (1, True, 6)  # same item ids and hashes
     assert again["correct"] == expected_correct(6)
     assert len(oracle_server.requests) == 6

@@ -20,7 +20,7 @@ def measure(db: str, name: str, workload: str, interval_s: float) -> dict:
         assert result.exit_code == 0, result.output
         assert len(server.requests) == 4  # one warm-up, three measured, one at a time
         assert all(body["stream"] for body in server.requests)
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
@@ -34,7 +34,7 @@ def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
     assert slow["ttft_median_s"] == pytest.approx(0.05, abs=0.05)
     measure(db_path, "step3", "chat", 0.02)
     measure(db_path, "step4", "chat", 0.01)
-    out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db_path, "--json").output)
+    out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db_path, "--json").stdout)
     decisions = {w["workload"]: w for w in out["workloads"]}
     assert decisions["math"]["take_b"] is True and decisions["math"]["time_ratio"] < 0.8
     assert decisions["chat"]["take_b"] is True and "stands in from gsm8k" in decisions["chat"]["reason"]
