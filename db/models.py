@@ -89,6 +89,8 @@ class Item(Base):
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     error: Mapped[Optional[str]] = mapped_column(Text)
+    # Why a token count or the finish reason is unknown (NULL), as read by harness.response; NULL when all were valid.
+    response_issue: Mapped[Optional[str]] = mapped_column(Text)
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -60,6 +60,9 @@ class RunSummary:
     repeat: int
     started_at: datetime
     finished_at: datetime | None
+    # Answered items whose completion token count is unknown (the endpoint sent none or an impossible one):
+    # left out of every length and task-time figure.
+    unknown_tokens: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -269,12 +272,12 @@ def item_values(
         "status": "ok" if ok else "error",
         "correct": result.passed if ok and result else None,
         "reference": _clean_text(sample.reference),
-        "extracted": result.extracted if result else None,
-        "extracted_strict": result.extracted_strict if result else None,
-        "extracted_flexible": result.extracted_flexible if result else None,
+        "extracted": _clean_optional(result.extracted if result else None),
+        "extracted_strict": _clean_optional(result.extracted_strict if result else None),
+        "extracted_flexible": _clean_optional(result.extracted_flexible if result else None),
         "request": _clean_text(request.as_json()),
         "completion": _clean_text(completion.text),
-        "reasoning": _clean_text(completion.reasoning_text) if completion.reasoning_text else None,
+        "reasoning": _clean_optional(completion.reasoning_text or None),
         "prompt_tokens": completion.prompt_tokens,
         "completion_tokens": completion.completion_tokens,
         "reasoning_tokens": completion.reasoning_tokens,
@@ -282,16 +285,35 @@ def item_values(
         "truncated": completion.truncated,
         "latency_s": completion.latency_s,
         "attempts": completion.attempts,
-        "error": _clean_text(completion.error) if completion.error else None,
+        "error": _clean_optional(completion.error),
+        "response_issue": _clean_optional(completion.issue),
         "detail": result.detail if result else {},
         "created_at": utcnow(),
     }
+
+
+_UNKNOWN_WHEN_UNSTORED = ("correct", "extracted", "extracted_strict", "extracted_flexible", "reasoning",
+                          "prompt_tokens", "completion_tokens", "reasoning_tokens", "finish_reason", "response_issue")
+
+
+def error_values(row: dict[str, Any], reason: str) -> dict[str, Any]:
+    """An error row in place of `row` (from `item_values`) that could not be built or stored.
+
+    Keeps the item's identity, reference, request and timing, drops every value read from the response, and
+    says why in `error`: the item is redone on resume, and the rest of the run is unaffected.
+    """
+    return {**row, **dict.fromkeys(_UNKNOWN_WHEN_UNSTORED), "status": "error", "completion": "", "truncated": False,
+            "detail": {}, "error": _clean_text(reason[:1000]), "created_at": utcnow()}
 
 
 def item_row(
     run_id: int, sample: Sample, request: Request, completion: Completion, result: ItemResult | None
 ) -> Item:
     return Item(**item_values(run_id, sample, request, completion, result))
+
+
+def _clean_optional(text: str | None) -> str | None:
+    return None if text is None else _clean_text(text)
 
 
 def _clean_text(text: str) -> str:
@@ -338,6 +360,7 @@ def summarize_runs(session: Session, run_ids: list[int] | None = None) -> list[R
             func.sum((Item.status == "error").cast(Integer)).label("errors"),
             func.sum(Item.truncated.cast(Integer)).label("truncated"),
             func.avg(Item.completion_tokens).filter(Item.status == "ok").label("mean_tokens"),
+            func.sum(((Item.status == "ok") & Item.completion_tokens.is_(None)).cast(Integer)).label("unknown_tokens"),
         )
         .group_by(Item.run_id)
         .subquery()
@@ -373,6 +396,7 @@ def _summary(row: Any) -> RunSummary:
         repeat=run.repeat,
         started_at=run.started_at,
         finished_at=run.finished_at,
+        unknown_tokens=int(row.unknown_tokens or 0),
     )
 
 

@@ -22,7 +22,7 @@ from db.engine import Store
 from db.models import Item
 from harness.client import EndpointClient
 from harness.tasks import PromptTemplate, Task, TaskError, get_task, pick_template
-from harness.types import Completion, DecodingSettings, ItemResult, Sample, stable_hash
+from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -173,19 +173,59 @@ class ItemWriter:
             await asyncio.sleep(0)  # let items that finished in the same loop turn join this commit
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            self._write(batch)
+            try:
+                self._write(batch)
+            except Exception as exc:  # never leave an item waiting on a writer that died
+                for _, committed in batch:
+                    if not committed.done():
+                        committed.set_exception(exc)
 
     def _write(self, batch: list[tuple[dict[str, Any], asyncio.Future[None]]]) -> None:
         try:
             queries.save_items(self._conn, self._run_id, [row for row, _ in batch])
-        except Exception as exc:  # every waiting item fails with the store's error, so the run stops
-            for _, committed in batch:
-                if not committed.done():
-                    committed.set_exception(exc)
+        except Exception as exc:  # one unstorable row must not sink the others: store them one by one
+            self._rollback()
+            log.warning("run %d: a batch of %d items failed to store (%s); storing them one by one",
+                        self._run_id, len(batch), _describe(exc))
+            for row, committed in batch:
+                self._write_one(row, committed)
             return
         for _, committed in batch:
             if not committed.done():
                 committed.set_result(None)
+
+    def _write_one(self, row: dict[str, Any], committed: asyncio.Future[None]) -> None:
+        """Store `row`, or in its place an error row saying why it could not be stored.
+
+        Only when even that fails (the store itself is gone) does the item fail, and with it the run.
+        """
+        try:
+            queries.save_items(self._conn, self._run_id, [row])
+        except Exception as exc:
+            self._rollback()
+            log.warning("run %d: item %s could not be stored: %s", self._run_id, row["item_id"], _describe(exc))
+            try:
+                queries.save_items(self._conn, self._run_id, [queries.error_values(
+                    row, f"could not store the item: {_describe(exc)}")])
+            except Exception as fatal:
+                self._rollback()
+                if not committed.done():
+                    committed.set_exception(fatal)
+                return
+        if not committed.done():
+            committed.set_result(None)
+
+    def _rollback(self) -> None:
+        try:
+            self._conn.rollback()
+        except Exception as exc:  # a connection that is gone has nothing to roll back; the next write says so
+            log.debug("rollback failed: %s", exc)
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception's type and first line: enough to act on, short enough for a row."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 async def _evaluate(
@@ -200,9 +240,9 @@ async def _evaluate(
     async def one(sample: Sample) -> None:
         async with limiter:
             request = template.build(sample)
-            completion = await client.complete(request, spec.settings)
+            completion = await _complete(client, request, spec.settings)
             result, completion = await _score(task, sample, completion)
-            await writer.save(queries.item_values(run_id, sample, request, completion, result))
+            await writer.save(_row(run_id, sample, request, completion, result))
         bar.update(1)
 
     writing = asyncio.create_task(writer.run())
@@ -227,6 +267,27 @@ async def _heartbeat(conn: Connection, run_id: int) -> None:
             log.warning("run %d: heartbeat not recorded: %s", run_id, exc)
 
 
+async def _complete(client: EndpointClient, request: Request, settings: DecodingSettings) -> Completion:
+    """The endpoint's answer; an unexpected failure while getting or reading it is this item's error."""
+    try:
+        return await client.complete(request, settings)
+    except Exception as exc:  # whatever a response does to the client, it ends this item only
+        log.exception("request failed unexpectedly")
+        return Completion(error=f"reading the response failed: {_describe(exc)}")
+
+
+def _row(run_id: int, sample: Sample, request: Request, completion: Completion,
+         result: ItemResult | None) -> dict[str, Any]:
+    """The item's row; when its values cannot even be built, an error row saying why."""
+    try:
+        return queries.item_values(run_id, sample, request, completion, result)
+    except Exception as exc:
+        log.exception("item %s cannot be turned into a row", sample.item_id)
+        bare = queries.item_values(run_id, sample, request, Completion(latency_s=completion.latency_s,
+                                   attempts=completion.attempts, error="unstorable"), None)
+        return queries.error_values(bare, f"could not store the item: {_describe(exc)}")
+
+
 async def _score(task: Task, sample: Sample, completion: Completion) -> tuple[ItemResult | None, Completion]:
     if completion.error is not None:
         return None, completion
@@ -236,7 +297,7 @@ async def _score(task: Task, sample: Sample, completion: Completion) -> tuple[It
         return task.score(sample, completion), completion
     except Exception as exc:  # a scoring failure is an error row, never a wrong answer
         log.exception("scoring %s failed", sample.item_id)
-        failed = Completion(**{**completion.__dict__, "error": f"scoring failed: {type(exc).__name__}: {exc}"})
+        failed = Completion(**{**completion.__dict__, "error": f"scoring failed: {_describe(exc)}"})
         return None, failed
 
 

@@ -14,13 +14,15 @@ import json
 import logging
 import random
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from harness.redact import MaskedError
+from harness.response import (
+    STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, check_text, join_issues, shown, token_bound,
+)
 from harness.types import Completion, DecodingSettings, Request
 
 log = logging.getLogger(__name__)
@@ -170,13 +172,14 @@ class EndpointClient:
         """Send `request`, retrying what is retryable; never raises for a per-request failure."""
         body = self.build_body(request, settings)
         path = "chat/completions" if request.mode == "chat" else "completions"
+        bound = token_bound(settings.max_tokens, len(request.as_json().encode("utf-8", "surrogatepass")))
         start = time.perf_counter()
         attempt = 0
         while True:
             attempt += 1
             try:
                 payload = await self._post(path, body)
-                return parse_completion(payload, request.mode, time.perf_counter() - start, attempt)
+                return parse_completion(payload, request.mode, time.perf_counter() - start, attempt, bound)
             except RequestFailed as exc:
                 if not exc.retryable or attempt >= self.retry.max_attempts:
                     return Completion(latency_s=time.perf_counter() - start, attempts=attempt, error=str(exc))
@@ -235,49 +238,82 @@ def _decode_object(data: bytes, url: str) -> dict[str, Any]:
     return payload
 
 
-def parse_completion(payload: dict[str, Any], mode: str, latency_s: float, attempts: int) -> Completion:
-    """Turn a chat or completions response into a Completion; malformed bodies raise RequestFailed."""
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise RequestFailed("response has no choices", retryable=True)
-    choice = choices[0]
-    if mode == "chat":
-        message = choice.get("message") or {}
-        text = message.get("content")
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-    else:
-        text, reasoning = choice.get("text"), None
-    if text is None and not reasoning:
-        raise RequestFailed("response choice carries no text", retryable=True)
-    usage = payload.get("usage") or {}
+def parse_completion(
+    payload: dict[str, Any], mode: str, latency_s: float, attempts: int, bound: int = STORABLE_MAX
+) -> Completion:
+    """Turn a chat or completions response into a Completion; a broken structure raises RequestFailed.
+
+    Every field read is checked (`harness.response`): implausible token counts and unknown finish reasons
+    become None with the reason in `Completion.issue`. A null content next to reasoning text is an empty
+    answer (the model never left its reasoning; with finish_reason "length" it was cut off there).
+    """
+    try:
+        choice = _only_choice(payload)
+        text, reasoning, empty_issue = _choice_texts(choice, mode)
+        finish = check_finish_reason(choice.get("finish_reason"))
+    except ResponseBroken as exc:
+        raise RequestFailed(str(exc), retryable=exc.retryable) from None
+    counts, count_issues = _usage_counts(payload.get("usage"), bound)
     extra = {k: payload[k] for k in ("meta_info", "system_fingerprint") if k in payload}
     return Completion(
-        text=str(text or ""),
-        reasoning_text=str(reasoning) if reasoning else None,
-        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-        completion_tokens=_int_or_none(usage.get("completion_tokens")),
-        reasoning_tokens=usage_reasoning_tokens(usage),
-        finish_reason=choice.get("finish_reason"),
+        text=text,
+        reasoning_text=reasoning,
+        **counts,
+        finish_reason=finish.value,
         latency_s=latency_s,
         attempts=attempts,
         extra=extra,
+        issue=join_issues([empty_issue, *count_issues, finish.issue]),
     )
 
 
-def usage_reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
-    """Reasoning tokens in a usage block, wherever the server puts them; None when it gives none.
+def _only_choice(payload: dict[str, Any]) -> dict[str, Any]:
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ResponseBroken("response has no choices")
+    if len(choices) > 1:
+        raise ResponseBroken(f"response has {len(choices)} choices; one was asked for")
+    if not isinstance(choices[0], dict):
+        raise ResponseBroken("response choice is not an object")
+    return choices[0]
 
-    OpenAI nests them (`completion_tokens_details.reasoning_tokens`); SGLang puts
-    them at the top level (`reasoning_tokens`, 0 without reasoning) and, in recent
-    versions, also nested when there are some. A nested 0 is a count, not a gap.
+
+def _choice_texts(choice: dict[str, Any], mode: str) -> tuple[str, str | None, str | None]:
+    """(answer text, reasoning text, issue) of one choice; raises ResponseBroken when there is no answer."""
+    if mode != "chat":
+        return check_text("choice text", choice.get("text"), nullable=False) or "", None, None
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise ResponseBroken("response choice has no message object")
+    text = check_text("message content", message.get("content"))
+    reasoning = check_text("reasoning_content", message.get("reasoning_content")) or check_text(
+        "reasoning", message.get("reasoning"))
+    if text is not None:
+        return text, reasoning or None, None
+    if not reasoning:
+        raise ResponseBroken("response message has neither content nor reasoning text")
+    return "", reasoning, "content null after reasoning: answer taken as empty"
+
+
+def _usage_counts(usage: Any, bound: int) -> tuple[dict[str, int | None], list[str | None]]:
+    """The three token counts of `usage`, each checked; unknown ones are None with a reason.
+
+    Reasoning tokens are read where the server puts them: OpenAI nests them
+    (`completion_tokens_details.reasoning_tokens`), SGLang puts them at the top level
+    and, in recent versions, nested as well; a nested 0 is a count, not a gap.
     """
+    if not isinstance(usage, dict):
+        issue = "usage missing" if usage is None else f"usage {shown(usage)} is not an object"
+        return dict.fromkeys(("prompt_tokens", "completion_tokens", "reasoning_tokens")), [issue]
     details = usage.get("completion_tokens_details")
-    nested = _int_or_none(details.get("reasoning_tokens")) if isinstance(details, Mapping) else None
-    return nested if nested is not None else _int_or_none(usage.get("reasoning_tokens"))
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    checked = {
+        "prompt_tokens": check_count("prompt_tokens", usage.get("prompt_tokens"), bound),
+        "completion_tokens": check_count("completion_tokens", usage.get("completion_tokens"), bound, required=True),
+        "reasoning_tokens": check_count(
+            "reasoning_tokens", reasoning if reasoning is not None else usage.get("reasoning_tokens"), bound),
+    }
+    return {k: c.value for k, c in checked.items()}, [c.issue for c in checked.values()]
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -42,6 +42,7 @@ import numpy as np
 
 from harness.chat_prompts import ChatPrompt
 from harness.redact import mask_text
+from harness.response import STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, shown, token_bound
 from harness.types import DecodingSettings, Mode, Request
 
 logger = logging.getLogger(__name__)
@@ -121,9 +122,11 @@ class _StreamState:
     text_chunks: int = 0
     usage_tokens: int | None = None
     finish_reason: str | None = None
+    finished: bool = False  # a finish_reason chunk arrived (its value may be unknown, hence None)
     meta_info: dict[str, Any] | None = None
     done: bool = False
     error: str | None = None
+    bound: int = STORABLE_MAX  # the largest plausible token count for this request
 
 
 # ---------------------------------------------------------------- requests
@@ -205,27 +208,60 @@ def _chunk_text(choice: Mapping[str, Any]) -> str:
     return "".join(p for p in parts if isinstance(p, str))
 
 
-def _absorb_chunk(state: _StreamState, chunk: Mapping[str, Any], now: float) -> None:
-    """Update the accumulator with one parsed SSE data payload."""
+def _absorb_chunk(state: _StreamState, chunk: Any, now: float) -> None:
+    """Update the accumulator with one parsed SSE data payload; anything malformed sets `state.error`."""
+    if not isinstance(chunk, Mapping):
+        state.error = f"stream chunk {shown(chunk)} is not an object"
+        return
     if "error" in chunk and not chunk.get("choices"):
         error = chunk["error"]
         message = error.get("message", error) if isinstance(error, Mapping) else error
         state.error = f"error event mid-stream after {state.text_chunks} text chunks: {message}"
         return
-    for choice in chunk.get("choices") or ():
-        if _chunk_text(choice):
-            state.t_first = now if state.t_first is None else state.t_first
-            state.t_last = now
-            state.text_chunks += 1
-        if choice.get("finish_reason"):
-            state.finish_reason = choice["finish_reason"]
-        if isinstance(choice.get("meta_info"), Mapping):
-            state.meta_info = dict(choice["meta_info"])
-    usage = chunk.get("usage")
-    if isinstance(usage, Mapping) and usage.get("completion_tokens") is not None:
-        state.usage_tokens = int(usage["completion_tokens"])
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(choice, Mapping) for choice in choices):
+        state.error = f"stream chunk choices {shown(choices)} are not a list of objects"
+        return
+    for choice in choices:
+        _absorb_choice(state, choice, now)
+    _absorb_usage(state, chunk.get("usage"))
     if isinstance(chunk.get("meta_info"), Mapping):
         state.meta_info = dict(chunk["meta_info"])
+
+
+def _absorb_choice(state: _StreamState, choice: Mapping[str, Any], now: float) -> None:
+    if _chunk_text(choice):
+        if state.finished:  # text after the finish: chunks out of order, so no timing of it can be trusted
+            state.error = f"text chunk after the finish_reason chunk (after {state.text_chunks} text chunks)"
+            return
+        state.t_first = now if state.t_first is None else state.t_first
+        state.t_last = now
+        state.text_chunks += 1
+    if choice.get("finish_reason") is not None:
+        try:
+            state.finish_reason = check_finish_reason(choice["finish_reason"]).value
+        except ResponseBroken as exc:
+            state.error = str(exc)
+        state.finished = True
+    if isinstance(choice.get("meta_info"), Mapping):
+        state.meta_info = dict(choice["meta_info"])
+
+
+def _absorb_usage(state: _StreamState, usage: Any) -> None:
+    """Usage may come in several chunks (cumulative, as with continuous usage stats): the last one counts,
+    and a count that goes down or is not a plausible integer makes the sample an error, never a speed."""
+    if usage is None or state.error:
+        return
+    if not isinstance(usage, Mapping):
+        state.error = f"usage {shown(usage)} is not an object"
+        return
+    checked = check_count("usage.completion_tokens", usage.get("completion_tokens"), state.bound)
+    if checked.issue is not None:
+        state.error = f"{checked.issue}: the token count is unknown, so no speed is measured"
+    elif checked.value is not None and state.usage_tokens is not None and checked.value < state.usage_tokens:
+        state.error = f"usage chunks disagree: completion_tokens {state.usage_tokens}, then {checked.value}"
+    elif checked.value is not None:
+        state.usage_tokens = checked.value
 
 
 def _absorb_line(state: _StreamState, line: str, now: float) -> None:
@@ -269,7 +305,7 @@ def _sample_from_state(index: int, state: _StreamState, t_start: float, t_end: f
     """Freeze a finished stream into a sample; incomplete streams become errors."""
     total_s = t_end - t_start
     error = state.error
-    if error is None and not state.done and state.finish_reason is None:
+    if error is None and not state.done and not state.finished:
         error = f"stream ended without [DONE] or a finish_reason after {state.text_chunks} text chunks"
     if error is None and state.t_first is None:
         error = "stream finished without any content or reasoning text"
@@ -297,7 +333,8 @@ async def _stream_one(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], index: int
 ) -> SpeedSample:
     """Send one streaming request and time its chunks."""
-    state = _StreamState()
+    prompt_bytes = len(json.dumps(body.get("messages") or body.get("prompt")).encode())
+    state = _StreamState(bound=token_bound(int(body.get("max_tokens") or 0), prompt_bytes))
     t_start = time.perf_counter()
     try:
         async with client.stream("POST", url, json=body, headers=headers) as response:

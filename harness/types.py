@@ -71,7 +71,9 @@ class Completion:
     """What the endpoint returned, or why it did not.
 
     `error` is set when the request failed after retries; the text fields are
-    then empty and the item must be stored as an error, never scored.
+    then empty and the item must be stored as an error, never scored. `issue`
+    says why a token count or the finish reason is unknown (None), or that a
+    null content was taken as an empty answer; see `harness.response`.
     """
 
     text: str = ""
@@ -84,6 +86,7 @@ class Completion:
     attempts: int = 1
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    issue: str | None = None
 
     @property
     def truncated(self) -> bool:

@@ -3,8 +3,11 @@
 Test double for the runner: it speaks `/v1/models`, `/v1/chat/completions` and
 `/v1/completions` (plain and streamed), reports usage and finish_reason, and
 injects faults chosen by the test: HTTP errors, Retry-After, dropped
-connections, malformed JSON, empty choices, slow replies, huge or invalid-UTF-8
-bodies.
+connections, malformed JSON, empty or several choices, a choice without a
+message, a Content-Length that lies either way, slow replies, huge or
+invalid-UTF-8 bodies, and for streams chunks out of order. A `Reply` can carry
+any JSON value where a server should put text or a token count (NaN, "12",
+null, 10 MB), so hostile responses are scripted per item.
 """
 
 from __future__ import annotations
@@ -22,19 +25,30 @@ from typing import Any, Callable
 from harness.tasks.gsm8k import packaged_data_dir
 
 
+MISSING = "<missing>"  # as a Reply field value: leave the key out of the response
+
+
 @dataclass(frozen=True)
 class Reply:
-    text: str
-    finish_reason: str = "stop"
+    """What the server answers. Fields typed Any take hostile values as they are (json.dumps writes NaN and
+    Infinity as Python's json does); `MISSING` leaves the key out.
+
+    `stream_usage`: the completion_tokens of each usage chunk of a streamed reply (default: one chunk with
+    the reply's count)."""
+
+    text: Any
+    finish_reason: Any = "stop"
     reasoning: str | None = None
-    completion_tokens: int | None = None  # default: whitespace word count
-    prompt_tokens: int = 20
+    completion_tokens: Any = None  # default: whitespace word count
+    prompt_tokens: Any = 20
     extra: dict[str, Any] = field(default_factory=dict)
+    stream_usage: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Fault:
-    """kind: status | drop | malformed | truncated | empty_choices | delay | huge | bad_utf8 | no_usage."""
+    """kind: status | drop | malformed | truncated | short_length | empty_choices | several_choices | no_message |
+    delay | huge | bad_utf8 | no_usage | stream_disorder (streams: the finish chunk goes out before the text)."""
 
     kind: str
     status: int = 500
@@ -129,12 +143,10 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return
             reply = server.responder(body)
             payload = _payload(mode, body, reply, server.sglang)
-            if fault is not None and fault.kind == "empty_choices":
-                payload["choices"] = []
-            if fault is not None and fault.kind == "no_usage":
-                payload.pop("usage")
+            if fault is not None:
+                _mangle(fault.kind, payload)
             if body.get("stream"):
-                self._stream(mode, reply)
+                self._stream(mode, body, reply, disorder=fault is not None and fault.kind == "stream_disorder")
             else:
                 self._json(200, payload)
 
@@ -161,6 +173,10 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
+            elif fault.kind == "short_length":
+                # Declare fewer bytes than are sent: the client reads a cut body, and the rest is left on the line.
+                data = json.dumps(_payload("chat", {}, Reply(text="The answer is 7."), False)).encode()
+                self._raw(200, data, declared=len(data) // 2)
             elif fault.kind == "huge":
                 self._raw(200, b'{"pad": "' + b"x" * (17 * 1024 * 1024) + b'"}')
             elif fault.kind == "bad_utf8":
@@ -173,50 +189,101 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             self._raw(status, json.dumps(payload).encode(), headers)
 
-        def _raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        def _raw(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                 declared: int | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(data) if declared is None else declared))
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
 
-        def _stream(self, mode: str, reply: Reply) -> None:
+        def _stream(self, mode: str, body: dict[str, Any], reply: Reply, disorder: bool) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for word in reply.text.split(" "):
-                delta = {"delta": {"content": word + " "}} if mode == "chat" else {"text": word + " "}
-                self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, **delta}]}).encode() + b"\n\n")
+            events = _stream_events(mode, body, reply)
+            if disorder:  # the finish chunk first, then the text
+                events.insert(0, events.pop(-1 - _usage_chunks(body, reply)))
+            for event in events:
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
             self.close_connection = True
 
     return Handler
 
 
+def _tokens(reply: Reply) -> Any:
+    if reply.completion_tokens is not None:
+        return reply.completion_tokens
+    return len(reply.text.split()) if isinstance(reply.text, str) else 0
+
+
+def _present(**fields: Any) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if not (isinstance(value, str) and value == MISSING)}
+
+
+def _usage(reply: Reply, tokens: Any) -> dict[str, Any]:
+    total = reply.prompt_tokens + tokens if all(type(v) is int for v in (reply.prompt_tokens, tokens)) else None
+    return _present(prompt_tokens=reply.prompt_tokens, completion_tokens=tokens, total_tokens=total)
+
+
 def _payload(mode: str, body: dict[str, Any], reply: Reply, sglang: bool) -> dict[str, Any]:
-    tokens = reply.completion_tokens if reply.completion_tokens is not None else len(reply.text.split())
+    tokens = _tokens(reply)
     if mode == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": reply.finish_reason}
+        choice: dict[str, Any] = _present(index=0, message=message, finish_reason=reply.finish_reason)
     else:
-        choice = {"index": 0, "text": reply.text, "finish_reason": reply.finish_reason}
+        choice = _present(index=0, text=reply.text, finish_reason=reply.finish_reason)
     payload: dict[str, Any] = {
         "id": "cmpl-fake",
         "object": "chat.completion" if mode == "chat" else "text_completion",
         "model": body.get("model"),
         "choices": [choice],
-        "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": tokens,
-                  "total_tokens": reply.prompt_tokens + tokens},
+        "usage": _usage(reply, tokens),
         **reply.extra,
     }
-    if sglang:
+    if sglang and type(tokens) is int:
         payload["meta_info"] = {"completion_tokens": tokens, "spec_verify_ct": max(tokens // 2, 1)}
     return payload
+
+
+def _mangle(kind: str, payload: dict[str, Any]) -> None:
+    """Break a well-formed payload the way `kind` says (faults that still send a 200 with JSON)."""
+    if kind == "empty_choices":
+        payload["choices"] = []
+    elif kind == "several_choices":
+        payload["choices"] = [payload["choices"][0], {**payload["choices"][0], "index": 1}]
+    elif kind == "no_message":
+        payload["choices"][0].pop("message", None)
+    elif kind == "no_usage":
+        payload.pop("usage")
+
+
+def _usage_chunks(body: dict[str, Any], reply: Reply) -> int:
+    if not (body.get("stream_options") or {}).get("include_usage"):
+        return 0
+    return len(reply.stream_usage) if reply.stream_usage is not None else 1
+
+
+def _stream_events(mode: str, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    """The data events of a streamed reply: one per word, the finish chunk, then the usage chunks asked for."""
+    def chunk(fields: dict[str, Any]) -> dict[str, Any]:
+        return {"id": "cmpl-fake", "object": "chunk", "model": body.get("model"), "choices": [{"index": 0, **fields}]}
+
+    text = reply.text if isinstance(reply.text, str) else ""
+    events = [chunk({"delta": {"content": word + " "}} if mode == "chat" else {"text": word + " "})
+              for word in text.split(" ")]
+    events.append(chunk({"delta": {}, "finish_reason": reply.finish_reason} if mode == "chat"
+                        else {"text": "", "finish_reason": reply.finish_reason}))
+    counts = reply.stream_usage if reply.stream_usage is not None else (_tokens(reply),)
+    events += [{"id": "cmpl-fake", "object": "chunk", "choices": [], "usage": _usage(reply, count)}
+               for count in counts[: _usage_chunks(body, reply)]]
+    return events
 
 
 # -- GSM8K oracle ---------------------------------------------------------------
