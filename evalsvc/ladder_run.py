@@ -5,6 +5,7 @@ launched again."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field, replace
@@ -12,10 +13,11 @@ from pathlib import Path
 
 from db import queries
 from db.engine import Store
-from evalsvc.ladder import Ladder, LadderStep, StepLaunchError, launch_step, resolve_ladder
+from evalsvc.ladder import Ladder, LadderStep, StepLaunchError, launch_step, resolve_ladder, step_log_path
 from db.speed import latest_speed_run
 from evalsvc.runner import RunSpec, config_hash, dataset_hash, run_evaluation
 from evalsvc.speed_run import SpeedError, SpeedPlan, measure_speed
+from evalsvc.status import LongStep, StepTimes, long_step
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import get_task, pick_template
 
@@ -96,8 +98,9 @@ def has_speed(store: Store, endpoint: str, workload: str) -> bool:
         return latest_speed_run(session, endpoint_id, workload) is not None
 
 
-def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True) -> list[StepOutcome]:
-    """Evaluate every step of a resolved ladder in order."""
+def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True,
+               times: StepTimes | None = None) -> list[StepOutcome]:
+    """Evaluate every step of a resolved ladder in order, announcing each long part (see `evalsvc.status`)."""
     outcomes = []
     for step in ladder.steps:
         specs = [step_spec(step, task, plan) for task in plan.tasks]
@@ -111,11 +114,15 @@ def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, pr
             outcomes.append(StepOutcome(step.name, tuple(run_ids), reused))
             continue
         try:
-            with launch_step(step, log_dir=log_dir):
+            with contextlib.ExitStack() as up:
+                _launch(up, step, log_dir, times)
                 for spec in todo:
-                    run_ids.append(run_evaluation(store, spec, progress=progress).run_id)
-                for workload in speeds:
-                    _measure(store, step, workload, plan)
+                    with long_step(_evaluating(step, spec, log_dir), times):
+                        run_ids.append(run_evaluation(store, spec, progress=progress).run_id)
+                if speeds:
+                    with long_step(_timing(step, speeds, plan, log_dir), times):
+                        for workload in speeds:
+                            _measure(store, step, workload, plan)
         except StepLaunchError as exc:
             log.error("step %s did not start: %s", step.name, exc)
             outcomes.append(StepOutcome(step.name, tuple(run_ids), reused, error=str(exc)))
@@ -123,3 +130,31 @@ def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, pr
         outcomes.append(StepOutcome(step.name, tuple(run_ids), reused))
     return outcomes
 
+
+def _launch(up: contextlib.ExitStack, step: LadderStep, log_dir: Path, times: StepTimes | None) -> None:
+    """Start the step's server inside `up`, announced when there is one to start."""
+    if step.launch is None:
+        up.enter_context(launch_step(step, log_dir=log_dir))
+        return
+    starting = LongStep(f"launch {step.name}", f"starting step '{step.name}'",
+                        f"at most {step.launch.startup_timeout_s:g}s, its start timeout", step_log_path(log_dir, step.name),
+                        why=f"its server, until {step.launch.health_url} answers")
+    with long_step(starting, times):
+        up.enter_context(launch_step(step, log_dir=log_dir))
+
+
+def _server_log(step: LadderStep, log_dir: Path) -> Path | None:
+    return step_log_path(log_dir, step.name) if step.launch is not None else None
+
+
+def _evaluating(step: LadderStep, spec: RunSpec, log_dir: Path) -> LongStep:
+    items = f"the first {spec.limit}" if spec.limit else "the default"
+    return LongStep(f"evaluate {step.name} {spec.task} n={spec.limit or 'default'}",
+                    f"evaluating step '{step.name}' on {spec.task}", "no timing on this machine yet",
+                    _server_log(step, log_dir), why=f"{items} items")
+
+
+def _timing(step: LadderStep, workloads: list[str], plan: LadderPlan, log_dir: Path) -> LongStep:
+    return LongStep(f"speed {step.name} {','.join(workloads)} n={plan.speed_n}",
+                    f"timing step '{step.name}' at batch 1", "no timing on this machine yet",
+                    _server_log(step, log_dir), why=f"{plan.speed_n} prompts each for {', '.join(workloads)}")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 from click.testing import CliRunner, Result
@@ -49,3 +51,35 @@ def run_cli_process(*args: str, timeout: float = 300) -> subprocess.CompletedPro
 
 def load_json(text: str) -> dict:
     return json.loads(text)
+
+
+class StatusLines(logging.Handler):
+    """Collects the `evalsvc.status` lines a test's code says, and lets the test wait for some."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._changed:
+            self.lines.append(record.getMessage())
+            self._changed.notify_all()
+
+    def wait_until(self, holds: Callable[[list[str]], bool], timeout: float = 60.0) -> bool:
+        """True once `holds(lines)`; False after `timeout` seconds (generous: it only bounds a broken run)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: holds(self.lines), timeout)
+
+
+@pytest.fixture
+def status_lines() -> Iterator[StatusLines]:
+    from evalsvc.status import STATUS_LOGGER
+
+    logger = logging.getLogger(STATUS_LOGGER)
+    handler, level = StatusLines(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -66,6 +66,9 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # One line per HTTP request drowns the run's own messages; only -vv shows them.
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+    from evalsvc.status import show_status_on_stderr
+
+    show_status_on_stderr()
 
 
 for _module in _COMMAND_MODULES:

@@ -7,7 +7,11 @@ the embedded ladder and talk to it over HTTP on 127.0.0.1.
 
 from __future__ import annotations
 
+import os
+import queue
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -24,6 +28,8 @@ from evalsvc.embedded import (
     evalsvc_home,
 )
 from evalsvc.ladder import launch_step, load_ladder, resolve_ladder
+from evalsvc.status import INTERVAL_ENV
+from tests.conftest import ROOT, StatusLines
 
 LADDER = Path(__file__).resolve().parents[2] / "evalsvc" / "ladders" / "embedded-cpu.yaml"
 GGUF_MAGIC = b"GGUF"
@@ -56,6 +62,95 @@ def test_failed_setup_step_shows_its_log(tmp_path: Path) -> None:
     assert message.startswith("embedded engine setup, probe: ")
     assert "exited with code 4" in message
     assert "no wheel here" in message
+
+
+# ---------------------------------------------------------------- the build path, with a stand-in build
+
+STANDIN = Path(__file__).resolve().parent / "engine_standin.py"
+WAIT_S = 60.0  # generous: the stand-in beats every 0.05 s, this only bounds a broken run
+
+
+def install_standin(home: Path) -> Path:
+    """An engine venv whose python is the stand-in (see engine_standin.py)."""
+    python = home / "engine-venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+def two_build_beats(lines: list[str]) -> bool:
+    return sum("still building llama-cpp-python" in m and "Building C object" in m for m in lines) >= 2
+
+
+def test_build_announces_itself_and_beats_until_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status_lines: StatusLines
+) -> None:
+    monkeypatch.setenv(INTERVAL_ENV, "0.05")
+    monkeypatch.setenv("STANDIN_RELEASE", str(tmp_path / "release"))
+    python = install_standin(tmp_path)
+    built: list[Path] = []
+    builder = threading.Thread(target=lambda: built.append(embedded._ensure_wheel(tmp_path / "wheels", python, tmp_path)))
+    builder.start()
+    # The stand-in build runs until released: every line counted here arrived while it was still building.
+    assert status_lines.wait_until(two_build_beats, WAIT_S), status_lines.lines
+    (tmp_path / "release").touch()
+    builder.join(WAIT_S)
+    log_path = tmp_path / "logs" / "llama-cpp-build.log"
+    first, *middle, last = status_lines.lines
+    assert first.startswith(f"building llama-cpp-python {embedded.LLAMA_CPP_VERSION} from source")
+    assert "usually 4 to 30 minutes on 2 cores" in first and first.endswith(f"log: {log_path}")
+    assert middle and all(m.startswith("still building llama-cpp-python") and " elapsed" in m for m in middle)
+    assert last.startswith("done building llama-cpp-python")
+    assert built and built[0].name.startswith(f"llama_cpp_python-{embedded.LLAMA_CPP_VERSION}-")
+    assert "Successfully built" in log_path.read_text()
+    assert embedded.step_times(tmp_path).last("engine build") is not None
+    # built once: the next call reuses the wheel and says nothing
+    status_lines.lines.clear()
+    assert embedded._ensure_wheel(tmp_path / "wheels", python, tmp_path) == built[0]
+    assert status_lines.lines == []
+
+
+def read_lines(stream: object, into: "queue.Queue[str | None]") -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        into.put(line.rstrip("\n"))
+    into.put(None)
+
+
+def next_line(lines: "queue.Queue[str | None]", seen: list[str]) -> str:
+    line = lines.get(timeout=WAIT_S)
+    assert line is not None, f"stderr closed early; lines so far: {seen}"
+    seen.append(line)
+    return line
+
+
+@pytest.mark.slow
+def test_demo_on_a_machine_without_engine_speaks_first_and_keeps_speaking(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    install_standin(home)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALSVC_HOME": str(home), INTERVAL_ENV: "0.1",
+           "STANDIN_RELEASE": str(tmp_path / "release")}
+    proc = subprocess.Popen([sys.executable, "-m", "evalsvc.cli", "demo", "--db", str(tmp_path / "demo.db")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    lines: "queue.Queue[str | None]" = queue.Queue()
+    threading.Thread(target=read_lines, args=(proc.stderr, lines), daemon=True).start()
+    seen: list[str] = []
+    try:
+        assert next_line(lines, seen).startswith("evalsvc: running the demo (the embedded CPU ladder ")
+        assert next_line(lines, seen).startswith("evalsvc: building llama-cpp-python")
+        beats = [next_line(lines, seen) for _ in range(3)]
+        assert all(b.startswith("evalsvc: still building llama-cpp-python ") and " elapsed" in b for b in beats), seen
+    finally:
+        (tmp_path / "release").touch()
+        proc.wait(timeout=WAIT_S)  # stderr belongs to the reader thread; stdout stays small on this path
+    out = proc.stdout.read() if proc.stdout else ""
+    while (line := lines.get(timeout=WAIT_S)) is not None:
+        seen.append(line)
+    # the stand-in cannot install the server: the demo stops with one clear line naming the step and its log
+    assert proc.returncode == 2, (out, seen)
+    assert any(s.startswith("evalsvc: done building llama-cpp-python") for s in seen)
+    assert any(s.startswith("evalsvc: installing llama-cpp-python[server]") for s in seen)
+    assert any(s.startswith("error: embedded engine setup, install llama-cpp-python[server]") for s in seen)
 
 
 # ---------------------------------------------------------------- the real engine

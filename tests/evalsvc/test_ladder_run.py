@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
 from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
@@ -35,7 +37,9 @@ steps:
     return path
 
 
-def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: str) -> None:
+def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALSVC_HOME", str(tmp_path / "home"))  # step logs and timings stay in the test's folder
     with FakeOpenAI(gsm8k_oracle(wrong_when)) as a, FakeOpenAI(gsm8k_oracle(lambda q: False)) as b:
         ladder = write_ladder(tmp_path / "ladder.yaml", a.base_url, b.base_url)
         args = ["ladder", "run", str(ladder), "--task", "gsm8k", "--limit", "30", "--data", GSM8K_TEST,
@@ -55,6 +59,15 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
         (decision,) = report["decisions"]
         workloads = {w["workload"]: w for w in decision["workloads"]}
         assert workloads["math"]["take_b"] is not None and workloads["chat"]["take_b"] is not None
+
+        # each long part was announced on stderr, with the log it writes to
+        broken_log = tmp_path / "home" / "logs" / "broken.log"
+        assert f"evalsvc: starting step 'broken' (its server, until http://127.0.0.1:9/v1/models answers): " \
+               f"at most 20s, its start timeout; log: {broken_log}" in first.stderr
+        assert "evalsvc: evaluating step 'bf16' on gsm8k (the first 30 items): no timing on this machine yet" \
+            in first.stderr
+        assert "evalsvc: done timing step 'int4' at batch 1 in " in first.stderr
+        assert "evalsvc: done starting step 'broken'" not in first.stderr
 
         second = run_cli(*args)
         assert len(a.requests) == 36 and len(b.requests) == 36  # nothing redone, not even the speed probe

@@ -1,0 +1,165 @@
+"""Status lines for long steps, so that a first run explains itself.
+
+Before a step that can take minutes (building the engine, quantizing,
+starting a step's server, evaluating a step) `long_step` says in one line what
+it does, how long it took on this machine last time (or a rough figure when it
+never ran here) and where its log is; while it runs, a line every
+`status_interval()` seconds gives the elapsed time and the log's last line.
+
+Durations are remembered in a small JSON file (`StepTimes`). The lines go to
+the `evalsvc.status` logger; the CLI prints that logger's records on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalsvc.ladder import read_log_tail
+
+STATUS_LOGGER = "evalsvc.status"
+INTERVAL_ENV = "EVALSVC_STATUS_INTERVAL"
+DEFAULT_INTERVAL_S = 30.0  # "at least one status line a minute", with room for a busy machine
+LAST_LINE_CHARS = 160
+
+log = logging.getLogger(STATUS_LOGGER)
+
+
+@dataclass(frozen=True)
+class LongStep:
+    """A step worth announcing: `key` names its remembered duration, `doing` is a
+    short gerund phrase ("building llama-cpp-python"), `why` an optional word on
+    it for the first line, `usual` is said when this machine has no timing for
+    it yet."""
+
+    key: str
+    doing: str
+    usual: str
+    log_path: Path | None = None
+    why: str = ""
+
+
+class StepTimes:
+    """Durations of long steps measured on this machine, kept in one JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def last(self, key: str) -> float | None:
+        value = self._read().get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def record(self, key: str, seconds: float) -> None:
+        times = {**self._read(), key: round(seconds, 1)}
+        partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(times, indent=1, sort_keys=True), encoding="utf-8")
+            partial.replace(self.path)
+        except OSError as exc:  # a timing is a nicety: never fail a run over it
+            logging.getLogger(__name__).debug("could not record %s in %s: %s", key, self.path, exc)
+
+    def _read(self) -> dict[str, object]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def status_interval() -> float:
+    """Seconds between status lines: $EVALSVC_STATUS_INTERVAL, else 30."""
+    try:
+        value = float(os.environ.get(INTERVAL_ENV, ""))
+    except ValueError:
+        return DEFAULT_INTERVAL_S
+    return value if value > 0 else DEFAULT_INTERVAL_S
+
+
+def format_duration(seconds: float) -> str:
+    """`42s`, `4m05s`, `1h02m`."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def announcement(step: LongStep, times: StepTimes | None) -> str:
+    """The line said before the step starts."""
+    last = times.last(step.key) if times is not None else None
+    expected = f"took {format_duration(last)} here last time" if last is not None else step.usual
+    where = f"; log: {step.log_path}" if step.log_path is not None else ""
+    why = f" ({step.why})" if step.why else ""
+    return f"{step.doing}{why}: {expected}{where}"
+
+
+def heartbeat(step: LongStep, elapsed_s: float) -> str:
+    """The line said every interval while the step runs."""
+    line = f"still {step.doing}: {format_duration(elapsed_s)} elapsed"
+    last_line = _last_log_line(step.log_path)
+    return f"{line}; log's last line: {last_line}" if last_line else line
+
+
+@contextlib.contextmanager
+def long_step(step: LongStep, times: StepTimes | None = None, beat: bool = True) -> Iterator[None]:
+    """Announce `step`, beat while it runs (when `beat`), and remember how long it took."""
+    log.info("%s", announcement(step, times))
+    started = time.monotonic()
+    stop = threading.Event()
+    beater = threading.Thread(target=_beat, args=(step, started, stop), daemon=True) if beat else None
+    if beater is not None:
+        beater.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if beater is not None:
+            beater.join()
+    elapsed = time.monotonic() - started
+    if times is not None:
+        times.record(step.key, elapsed)
+    log.info("done %s in %s", step.doing, format_duration(elapsed))
+
+
+class _StderrStatusHandler(logging.Handler):
+    """Writes through tqdm, so a status line never lands inside a progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # logging's own contract: a handler never raises
+            self.handleError(record)
+
+
+def show_status_on_stderr() -> None:
+    """Print status lines on stderr as `evalsvc: ...` (the CLI calls this once per command)."""
+    handler = _StderrStatusHandler()
+    handler.setFormatter(logging.Formatter("evalsvc: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def _beat(step: LongStep, started: float, stop: threading.Event) -> None:
+    interval = status_interval()
+    while not stop.wait(interval):
+        log.info("%s", heartbeat(step, time.monotonic() - started))
+
+
+def _last_log_line(path: Path | None) -> str:
+    if path is None:
+        return ""
+    lines = [line.strip() for line in read_log_tail(path, 5).splitlines() if line.strip()]
+    return lines[-1][:LAST_LINE_CHARS] if lines else ""
