@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from db.engine import DB_ENV, to_url
+from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url
 
 log = logging.getLogger(__name__)
 
-API_KEY_ENV = "EVALSVC_API_KEY"
 LOG_TAIL_BYTES = 4000
 START_GRACE_S = 120.0  # a job without a pid yet is still importing, not lost
 

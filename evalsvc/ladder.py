@@ -25,6 +25,11 @@ Strings in `base_url`, `model`, `launch.command`, `launch.health_url` and
 `launch.env` may hold `${NAME}` placeholders; `resolve_ladder` fills them in
 from a mapping (the environment plus, for the embedded ladder,
 `EngineInfo.placeholders()`).
+
+Secrets stay out of the process list: `launch.command` may not use a secret
+placeholder (`${EVALSVC_API_KEY}`, `${HF_TOKEN}`, ...) nor hold the store
+password or API key; pass such values in `launch.env`. A launched server does
+not inherit `EVALSVC_DB` or `EVALSVC_API_KEY` unless `launch.env` names them.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
-from harness.redact import MaskedError
+from db.engine import DB_ENV
+from harness.client import API_KEY_ENV
+from harness.redact import MIN_SECRET_LEN, MaskedError, is_secret_name, known_secrets, scrub_env, url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,8 @@ _LAUNCH_KEYS = {"command": True, "health_url": False, "startup_timeout_s": False
 _PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
+# A launched server does not inherit these (the store password, the endpoint key) unless launch.env passes them.
+SECRET_ENV = (DB_ENV, API_KEY_ENV)
 
 
 class LadderError(MaskedError, ValueError):
@@ -313,9 +322,11 @@ def _resolve_step(step: LadderStep, variables: Mapping[str, str], source: str) -
     if launch is not None:
         health_url = fill(launch.health_url, "launch.health_url")
         _check_url(health_url, source, step.name, "launch.health_url")
+        command = tuple(fill(arg, "launch.command") for arg in launch.command)
+        _check_command_secrets(launch.command, command, variables, source, step.name)
         launch = replace(
             launch,
-            command=tuple(fill(arg, "launch.command") for arg in launch.command),
+            command=command,
             health_url=health_url,
             env={k: fill(v, f"launch.env.{k}") for k, v in launch.env.items()},
         )
@@ -331,6 +342,23 @@ def _fill(text: str, variables: Mapping[str, str], source: str, step: str, key: 
         return str(variables[name])
 
     return _PLACEHOLDER.sub(one, text)
+
+
+def _check_command_secrets(
+    raw: tuple[str, ...], resolved: tuple[str, ...], variables: Mapping[str, str], source: str, step: str
+) -> None:
+    """Refuse a launch command that would put a secret in the process list, where every local user reads it."""
+    hint = "a command line is visible to every local user (ps); pass it to the server in 'launch.env' instead"
+    for arg in raw:
+        for name in _PLACEHOLDER.findall(arg):
+            if name in SECRET_ENV or is_secret_name(name):
+                raise LadderError(source, f"'launch.command' uses ${{{name}}}, a secret; {hint}",
+                                  step=step, key="launch.command")
+    secrets = {*url_secrets(variables.get(DB_ENV) or ""), variables.get(API_KEY_ENV) or "", *known_secrets()}
+    secrets = {value for value in secrets if len(value) >= MIN_SECRET_LEN}
+    if any(secret in arg for arg in resolved for secret in secrets):
+        raise LadderError(source, f"'launch.command' holds the store password or the API key; {hint}",
+                          step=step, key="launch.command")
 
 
 # Names that `evalsvc.embedded.EngineInfo.placeholders()` provides; kept here only
@@ -416,7 +444,7 @@ def launch_step(
 
 def _start(step: LadderStep, launch: LaunchSpec, log_path: Path) -> subprocess.Popen[bytes]:
     log.info("starting step '%s': %s", step.name, shlex.join(launch.command))
-    env = {**os.environ, **launch.env}
+    env = {**scrub_env(dict(os.environ), SECRET_ENV), **launch.env}
     with open(log_path, "wb") as log_file:
         try:
             return subprocess.Popen(

@@ -83,7 +83,7 @@ def _measure(store: Store, step: LadderStep, workload: str, plan: LadderPlan) ->
     try:
         measure_speed(store, SpeedPlan(endpoint=step.name, workload=workload, n=plan.speed_n,
                                        max_tokens=plan.speed_max_tokens, data=plan.data,
-                                       url=step.base_url, model=step.model))
+                                       url=step.base_url, model=step.model, api_key=plan.base.api_key))
     except SpeedError as exc:  # the accuracy runs stand; the decision will say the speed is missing
         log.error("step %s: %s speed not measured: %s", step.name, workload, exc)
 

@@ -28,6 +28,7 @@ from harness.types import Completion, DecodingSettings, Request
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+API_KEY_ENV = "EVALSVC_API_KEY"  # where commands and their child processes find the endpoint's key
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 

@@ -11,7 +11,7 @@ import click
 
 from db.engine import Store
 from evalsvc.cli import register_errors
-from evalsvc.cli.runs import DB_OPTION, JSON_OPTION, task_list, write_store
+from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, task_list, write_store
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, prepare_ladder, run_ladder
 from evalsvc.runner import RunSpec
@@ -67,15 +67,17 @@ def ladder_group() -> None:
 @click.option("--speed", "speed_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="Also time N prompts per workload (batch 1, streaming) on each step; 0 skips it.")
 @click.option("--no-progress", is_flag=True)
+@API_KEY_OPTION
 @DB_OPTION
 @JSON_OPTION
 def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str | None, max_tokens: int,
-                       concurrency: int, speed_n: int, no_progress: bool, db: str | None, as_json: bool) -> None:
+                       concurrency: int, speed_n: int, no_progress: bool, api_key: str | None, db: str | None,
+                       as_json: bool) -> None:
     """Launch (when the file says how), evaluate and stop each step in turn."""
     store = write_store(db)
     ladder = prepare_ladder(load_ladder(ladder_file))
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=concurrency,
-                   settings=DecodingSettings(max_tokens=max_tokens))
+                   settings=DecodingSettings(max_tokens=max_tokens), api_key=api_key)
     tasks = tuple(task_list(task))
     plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
                       speed_workloads=workloads_for(tasks) if speed_n else (), speed_n=max(speed_n, 2))

@@ -10,6 +10,7 @@ import click
 from db import queries
 from db.engine import Store, open_store, store_location
 from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
+from harness.client import API_KEY_ENV
 from harness.redact import mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
@@ -34,7 +35,7 @@ DB_OPTION = click.option(
          "A URL with a password is better given as $EVALSVC_DB: a command line is visible to every local user.",
 )
 API_KEY_OPTION = click.option(
-    "--api-key", envvar="EVALSVC_API_KEY", callback=secret_value,
+    "--api-key", envvar=API_KEY_ENV, callback=secret_value,
     help="Bearer token, if the endpoint needs one. Better given as $EVALSVC_API_KEY: a command line is visible "
          "to every local user.",
 )

@@ -361,3 +361,26 @@ def test_step_without_launch_is_used_as_is(tmp_path: Path) -> None:
     with launch_step(step, tmp_path / "logs") as launched:
         assert (launched.base_url, launched.pid, launched.log_path) == ("http://127.0.0.1:1/v1", None, None)
     assert not (tmp_path / "logs").exists()
+
+
+# --- secrets stay out of launched servers' command lines ---------------------------------------
+
+
+@pytest.mark.parametrize("placeholder", ["EVALSVC_API_KEY", "HF_TOKEN", "DB_PASSWORD", "EVALSVC_DB"])
+def test_a_secret_placeholder_in_the_launch_command_is_refused(tmp_path: Path, placeholder: str) -> None:
+    text = "name: x\nsteps:\n" + STEP + f"    launch: {{command: [srv, --api-key, '${{{placeholder}}}']}}\n"
+    ladder = load_ladder(write(tmp_path, text))
+    with pytest.raises(LadderError, match=f"uses \\${{{placeholder}}}, a secret.*'launch.env' instead"):
+        resolve_ladder(ladder, {placeholder: "value-0123456789"})
+
+
+def test_the_api_key_in_the_launch_command_is_refused_even_under_another_name(tmp_path: Path) -> None:
+    text = "name: x\nsteps:\n" + STEP + "    launch: {command: [srv, '--key=${SERVER_OPTS}'], env: {K: '${EVALSVC_API_KEY}'}}\n"
+    ladder = load_ladder(write(tmp_path, text))
+    variables = {"EVALSVC_API_KEY": "sk-ladder-0123456789", "SERVER_OPTS": "sk-ladder-0123456789"}
+    with pytest.raises(LadderError, match="holds the store password or the API key") as caught:
+        resolve_ladder(ladder, variables)
+    assert "sk-ladder-0123456789" not in str(caught.value)
+    variables["SERVER_OPTS"] = "plain"
+    resolved = resolve_ladder(ladder, variables)
+    assert resolved.steps[0].launch is not None and resolved.steps[0].launch.env == {"K": "sk-ladder-0123456789"}
