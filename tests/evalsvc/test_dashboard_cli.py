@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import subprocess
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from evalsvc.cli import main
+from evalsvc.cli import dashboard as dashboard_cli
 from evalsvc.cli.dashboard import is_loopback
 
 URL = "postgresql+psycopg://team:dashboard-pw-123@db.internal/evals"
 
 
 def start(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, dict[str, Any]]:
-    """Run the command with `subprocess.call` caught; returns the result and what it would have started."""
+    """Run the command with `subprocess.call` caught (and no database server needed); returns the result and
+    what it would have started."""
     started: dict[str, Any] = {}
+    monkeypatch.setattr(dashboard_cli, "open_store", lambda db, create: SimpleNamespace(url=db, dispose=lambda: None))
 
     def fake_call(argv: list[str], env: dict[str, str]) -> int:
         started.update(argv=argv, env=env)
