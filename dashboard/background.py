@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from db.engine import DB_ENV, to_url
+from evalsvc.interrupts import INTERRUPTED_EXIT_CODES
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url
 
@@ -69,9 +70,12 @@ class Job:
 
     @property
     def state(self) -> str:
-        """starting, running, finished, failed (non-zero exit), interrupted (exit 130) or lost (died unrecorded)."""
+        """starting, running, finished, failed (non-zero exit), interrupted (SIGINT, SIGTERM or SIGHUP: exit
+        130, 143 or 129) or lost (died unrecorded, e.g. SIGKILL)."""
         if self.returncode is not None:
-            return {0: "finished", 130: "interrupted"}.get(self.returncode, "failed")
+            if self.returncode in INTERRUPTED_EXIT_CODES:
+                return "interrupted"
+            return "finished" if self.returncode == 0 else "failed"
         if self.pid is None:
             return "starting" if time.time() - self.started_at < START_GRACE_S else "lost"
         return "running" if pid_alive(self.pid) else "lost"

@@ -53,6 +53,8 @@ import httpx
 import yaml
 
 from db.engine import DB_ENV
+from evalsvc.servers import ServerGuard, launched_on, stop_left_servers
+from evalsvc.watchdog import group_members
 from harness.client import API_KEY_ENV
 from harness.redact import MIN_SECRET_LEN, MaskedError, is_secret_name, known_secrets, scrub_env, url_secrets
 
@@ -430,22 +432,26 @@ def launch_step(
         yield LaunchedStep(step=step, base_url=step.base_url)
         return
     launch = step.launch
+    stop_left_servers(stop_grace_s)
     _check_ports_free(step)
     log_path = step_log_path(log_dir, step.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    proc = _start(step, launch, log_path)
-    try:
-        _wait_healthy(step, proc, log_path, poll_interval_s)
-        log.info("step '%s' is healthy (pid %d, log %s)", step.name, proc.pid, log_path)
-        yield LaunchedStep(step=step, base_url=step.base_url, pid=proc.pid, log_path=log_path)
-    finally:
-        stop_process_group(proc, grace_s=stop_grace_s)
+    log_path.write_bytes(b"")
+    with ServerGuard(step.name, log_path, stop_grace_s) as guard:
+        proc = _start(step, launch, log_path, guard.env)
+        guard.attach(proc.pid, launch.command, _local_ports(step))
+        try:
+            _wait_healthy(step, proc, log_path, poll_interval_s)
+            log.info("step '%s' is healthy (pid %d, log %s)", step.name, proc.pid, log_path)
+            yield LaunchedStep(step=step, base_url=step.base_url, pid=proc.pid, log_path=log_path)
+        finally:
+            stop_process_group(proc, grace_s=stop_grace_s)
 
 
-def _start(step: LadderStep, launch: LaunchSpec, log_path: Path) -> subprocess.Popen[bytes]:
+def _start(step: LadderStep, launch: LaunchSpec, log_path: Path, guard_env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     log.info("starting step '%s': %s", step.name, shlex.join(launch.command))
-    env = {**scrub_env(dict(os.environ), SECRET_ENV), **launch.env}
-    with open(log_path, "wb") as log_file:
+    env = {**scrub_env(dict(os.environ), SECRET_ENV), **launch.env, **guard_env}
+    with open(log_path, "ab") as log_file:
         try:
             return subprocess.Popen(
                 launch.command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
@@ -486,14 +492,29 @@ def _is_healthy(client: httpx.Client, url: str) -> bool:
         return False
 
 
-def _check_ports_free(step: LadderStep) -> None:
+def _local_endpoints(step: LadderStep) -> list[tuple[str, int]]:
     assert step.launch is not None
-    for host, port in sorted({_local_endpoint(step.base_url), _local_endpoint(step.launch.health_url)} - {None}):
-        if not port_is_free(host, port):
+    return sorted({_local_endpoint(step.base_url), _local_endpoint(step.launch.health_url)} - {None})  # type: ignore[type-var]
+
+
+def _local_ports(step: LadderStep) -> list[int]:
+    return sorted({port for _, port in _local_endpoints(step)})
+
+
+def _check_ports_free(step: LadderStep) -> None:
+    for host, port in _local_endpoints(step):
+        if port_is_free(host, port):
+            continue
+        holders = [r for r in launched_on([port]) if r.launcher_alive]
+        if holders:
             raise PortInUseError(
-                step.name, f"port {port} on {host} is already in use; stop whatever listens there "
-                f"(e.g. `ss -ltnp 'sport = :{port}'`) or give this step another port",
+                step.name, f"port {port} on {host} is in use by the server of {holders[0].describe()}, which "
+                f"a running evalsvc (pid {holders[0].launcher_pid}) launched; let that run finish or stop it",
             )
+        raise PortInUseError(
+            step.name, f"port {port} on {host} is already in use; stop whatever listens there "
+            f"(e.g. `ss -ltnp 'sport = :{port}'`) or give this step another port",
+        )
 
 
 def _local_endpoint(url: str) -> tuple[str, int] | None:
@@ -554,22 +575,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 def group_alive(pgid: int) -> bool:
     """True while a non-zombie process belongs to process group `pgid`."""
-    proc_dir = Path("/proc")
-    if not proc_dir.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for stat in proc_dir.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # after the command name: state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return bool(group_members(pgid))
 
 
 def step_log_path(log_dir: Path, step_name: str) -> Path:

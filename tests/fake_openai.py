@@ -8,13 +8,20 @@ message, a Content-Length that lies either way, slow replies, huge or
 invalid-UTF-8 bodies, and for streams chunks out of order. A `Reply` can carry
 any JSON value where a server should put text or a token count (NaN, "12",
 null, 10 MB), so hostile responses are scripted per item.
+
+`python -m tests.fake_openai --port P` runs it as a process, e.g. as a ladder
+step's launch command (see `serve`).
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
+import os
 import re
+import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,6 +81,7 @@ class FakeOpenAI:
         faults: FaultPlan | None = None,
         latency_s: float = 0.0,
         sglang: bool = False,
+        port: int = 0,
     ) -> None:
         self.responder = responder
         self.models = models
@@ -82,7 +90,7 @@ class FakeOpenAI:
         self.sglang = sglang
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -325,3 +333,40 @@ def gsm8k_oracle(wrong: Callable[[str], bool], tokens: Callable[[str], int] | No
         return Reply(text=f"Let me think. Some steps. The answer is {value}.", completion_tokens=n)
 
     return respond
+
+
+# -- as a launched server ---------------------------------------------------------
+
+
+def serve(argv: list[str]) -> None:
+    """Serve the GSM8K oracle (every answer right) on a fixed port until killed.
+
+    With `--fork-child` a forked child keeps the listening socket open, as the
+    worker processes of a multi-process server (SGLang) do: stopping only the
+    leader does not free the port. `--pid-file` gets the leader's pid and the
+    child's, one a line, once the server listens.
+    """
+    parser = argparse.ArgumentParser(prog="python -m tests.fake_openai")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--fork-child", action="store_true")
+    parser.add_argument("--pid-file")
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=args.latency, port=args.port)
+    pids = [os.getpid()]
+    if args.fork_child:
+        child = os.fork()  # before any thread starts
+        if child == 0:
+            while True:
+                signal.pause()
+        pids.append(child)
+    if args.pid_file:
+        Path(args.pid_file).write_text("".join(f"{pid}\n" for pid in pids))
+    with server:
+        print(f"fake OpenAI server on port {server.port}", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1:])

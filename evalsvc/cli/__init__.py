@@ -5,17 +5,19 @@ Only here are domain exceptions turned into a one-line message and an exit code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import signal
 import sys
 from typing import Any
 
 import click
 
+from evalsvc.interrupts import exit_code, stop_signals_as_interrupt
 from harness.redact import install_redaction, mask_text
 
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 # Modules holding domain exceptions that mean "the user must change something".
 _ERROR_SOURCES = {
@@ -47,14 +49,24 @@ class EvalsvcGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from evalsvc.runner import RunInterrupted
 
-        try:
-            return super().invoke(ctx)
-        except RunInterrupted as exc:
-            click.echo(mask_text(f"interrupted: {exc}"), err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except user_errors() as exc:
-            click.echo(mask_text(f"error: {exc}"), err=True)
-            sys.exit(EXIT_USER_ERROR)
+        with stop_signals_as_interrupt() as stop_signal:
+            try:
+                return super().invoke(ctx)
+            except RunInterrupted as exc:
+                _exit_interrupted(str(exc), stop_signal())
+            except KeyboardInterrupt:
+                _exit_interrupted("stopped before the run began or after it ended; what finished is stored, "
+                                  "run the same command to resume", stop_signal())
+            except user_errors() as exc:
+                click.echo(mask_text(f"error: {exc}"), err=True)
+                sys.exit(EXIT_USER_ERROR)
+
+
+def _exit_interrupted(message: str, sig: signal.Signals) -> None:
+    """Say why the command stopped (if anyone can still read it) and exit with 128 + the signal number."""
+    with contextlib.suppress(OSError):
+        click.echo(mask_text(f"interrupted by {sig.name}: {message}"), err=True)
+    sys.exit(exit_code(sig))
 
 
 @click.group(cls=EvalsvcGroup)

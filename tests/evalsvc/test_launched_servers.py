@@ -1,0 +1,257 @@
+"""A launched step's server never outlives its `ladder run`: whatever signal stops
+the runner (SIGINT, SIGTERM, SIGHUP, SIGKILL), no process of the server is left
+10 seconds later, and the same command then resumes and completes. A server
+left by a run whose watchdog died too is stopped by the next run; a process
+evalsvc did not launch is never touched.
+
+The server is the scripted fake OpenAI server over real HTTP, launched by the
+ladder file, with a forked child that keeps the listening socket (as SGLang's
+worker processes do). Processes are found independently of evalsvc's own
+bookkeeping: by a tag the test puts in the launch environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evalsvc import servers
+from evalsvc.watchdog import proc_stat, process_alive
+from evalsvc.ladder import LadderStep, LaunchSpec, PortInUseError, launch_step, port_is_free
+from tests.conftest import GSM8K_TEST, ROOT
+from tests.evalsvc.test_crash_resume import stored_count
+from tests.evalsvc.test_ladder import free_port
+
+N_ITEMS = 40
+STOP_BOUND_S = 10.0  # the requirement: no launched process 10 s after the signal
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGKILL: -signal.SIGKILL}
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries the test's tag (read from /proc, not from evalsvc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if f"EVALSVC_TEST_TAG={tag}".encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains `text` (to find a launch's watchdog by its launch id)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_gone(find, timeout_s: float = STOP_BOUND_S) -> tuple[list[int], float]:  # type: ignore[no-untyped-def]
+    """Poll until `find()` is empty or `timeout_s` has passed; (what is left, seconds waited)."""
+    started = time.monotonic()
+    while (left := find()) and time.monotonic() - started < timeout_s:
+        time.sleep(0.05)
+    return left, time.monotonic() - started
+
+
+class LadderSetup:
+    """A one-step ladder whose step launches the fake server, and the command that evaluates it."""
+
+    def __init__(self, tmp_path: Path, latency_s: float = 0.2) -> None:
+        self.tag = uuid.uuid4().hex
+        self.home = tmp_path / "home"
+        self.db = str(tmp_path / "evalsvc.db")
+        self.port = free_port()
+        self.pid_file = tmp_path / "server.pids"
+        command = [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port), "--latency", str(latency_s),
+                   "--fork-child", "--pid-file", str(self.pid_file)]
+        self.ladder = tmp_path / "ladder.yaml"
+        self.ladder.write_text(f"""
+name: signals
+steps:
+  - name: served
+    base_url: http://127.0.0.1:{self.port}/v1
+    model: fake-model
+    launch:
+      command: {json.dumps(command)}
+      startup_timeout_s: 120
+      env: {{PYTHONPATH: "{ROOT}", EVALSVC_TEST_TAG: "{self.tag}"}}
+""")
+        self.args = [sys.executable, "-m", "evalsvc.cli", "ladder", "run", str(self.ladder), "--task", "gsm8k",
+                     "--limit", str(N_ITEMS), "--data", GSM8K_TEST, "--db", self.db, "--no-progress",
+                     "--concurrency", "2"]
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALSVC_HOME": str(self.home)}
+
+    def start(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    def run(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.args, "--json"], env=self.env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+
+    def start_mid_step(self, stored_at_least: int = 4) -> subprocess.Popen[str]:
+        """Start the runner and return once it has stored some items of the launched step."""
+        proc = self.start()
+        deadline = time.monotonic() + 240
+        while stored_count(self.db) < stored_at_least:
+            if proc.poll() is not None:
+                pytest.fail(f"the runner exited early ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+            assert time.monotonic() < deadline, "the runner stored nothing in 240 s"
+            time.sleep(0.05)
+        return proc
+
+    def records(self) -> list[dict]:
+        return [json.loads(p.read_text()) for p in (self.home / "launched").glob("*.json")]
+
+    def server_pids(self) -> list[int]:
+        return [int(line) for line in self.pid_file.read_text().split()]
+
+    def runs_and_items(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        with sqlite3.connect(self.db, timeout=30) as conn:
+            runs = conn.execute("select id, status from runs").fetchall()
+            items = conn.execute("select id, item_id from items order by id").fetchall()
+        return runs, items
+
+
+def check_resume_completes(setup: LadderSetup, run_id: int, kept: list[tuple[int, str]]) -> None:
+    """The same command finishes the same run, keeping the rows stored before the stop, and leaves nothing."""
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    (step,) = json.loads(result.stdout)["steps"]
+    assert step["error"] is None and step["run_ids"] == [run_id]
+    runs, items = setup.runs_and_items()
+    assert runs == [(run_id, "complete")]
+    assert len(items) == N_ITEMS == len({item_id for _, item_id in items})
+    assert items[: len(kept)] == kept  # the rows finished before the stop were kept, not redone
+    assert tagged_processes(setup.tag) == []
+    assert setup.records() == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=lambda s: s.name)
+def test_signal_mid_step_stops_the_server_and_the_same_command_resumes(tmp_path: Path, sig: signal.Signals) -> None:
+    setup = LadderSetup(tmp_path)
+    proc = setup.start_mid_step()
+    (record,) = setup.records()
+    leader, child = setup.server_pids()
+    assert sorted(tagged_processes(setup.tag)) == sorted([leader, child])
+    assert os.getpgid(child) == leader == record["pgid"]
+
+    proc.send_signal(sig)
+    left, waited = wait_until_gone(lambda: tagged_processes(setup.tag) + processes_naming(record["launch_id"]))
+    assert left == [], f"{sig.name}: processes {left} still alive {waited:.1f} s after the signal"
+    proc.wait(timeout=60)
+    stderr = proc.stderr.read()
+    assert proc.returncode == EXIT_CODES[sig], stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+    runs, kept = setup.runs_and_items()
+    (run_id, status), = runs
+    assert status == ("running" if sig == signal.SIGKILL else "interrupted")
+    assert 4 <= len(kept) < N_ITEMS
+    if sig != signal.SIGKILL:
+        assert f"interrupted by {sig.name}: run {run_id} interrupted" in stderr
+        assert setup.records() == []
+    check_resume_completes(setup, run_id, kept)
+
+
+@pytest.mark.slow
+def test_a_server_left_by_a_killed_run_and_watchdog_is_stopped_by_the_next_run(tmp_path: Path) -> None:
+    setup = LadderSetup(tmp_path)
+    proc = setup.start_mid_step()
+    (record,) = setup.records()
+    (watchdog,) = processes_naming(record["launch_id"])
+    leader, child = setup.server_pids()
+    # Kill the runner and its watchdog at once: only the registry can find the server now.
+    os.kill(watchdog, signal.SIGKILL)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    time.sleep(1.0)  # time for anything that might still clean up to do so (nothing should)
+    assert child in tagged_processes(setup.tag)
+    assert not port_is_free("127.0.0.1", setup.port)
+    runs, kept = setup.runs_and_items()
+    (run_id, _), = runs
+
+    result = setup.run()
+    assert "an earlier evalsvc run" in result.stderr and f"process group {leader}" in result.stderr
+    assert f"port {setup.port}" in result.stderr
+    check_resume_completes(setup, run_id, kept)
+
+
+# ---------------------------------------------------------------- in-process: the registry's proof of identity
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EVALSVC_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def fake_step(tmp_path: Path, port: int, tag: str) -> LadderStep:
+    command = (sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--fork-child")
+    return LadderStep(name="served", base_url=f"http://127.0.0.1:{port}/v1", model="fake-model",
+                      launch=LaunchSpec(command=command, health_url=f"http://127.0.0.1:{port}/v1/models",
+                                        startup_timeout_s=120,
+                                        env={"PYTHONPATH": str(ROOT), "EVALSVC_TEST_TAG": tag}))
+
+
+def test_live_servers_lists_a_running_launch_and_forgets_it_once_stopped(tmp_path: Path, home: Path) -> None:
+    tag = uuid.uuid4().hex
+    port = free_port()
+    with launch_step(fake_step(tmp_path, port, tag), tmp_path / "logs", poll_interval_s=0.1) as launched:
+        (live,) = servers.live_servers()
+        assert (live.step, live.pgid, live.ports, live.launcher_pid) == ("served", launched.pid, (port,), os.getpid())
+        assert live.launcher_alive and live.command[1:3] == ("-m", "tests.fake_openai")
+        assert servers.stop_left_servers() == []  # its launcher (this process) is alive: not touched
+        assert len(tagged_processes(tag)) == 2
+    assert servers.live_servers() == [] and tagged_processes(tag) == []
+    assert list((home / "launched").iterdir()) == []
+
+
+def test_a_record_whose_pid_was_reused_by_another_process_is_never_acted_on(tmp_path: Path, home: Path) -> None:
+    """A stale record names a pid that now belongs to a process evalsvc did not launch: it stays untouched,
+    and a launch on the port that process holds is refused as before."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], pass_fds=(busy.fileno(),),
+                                   start_new_session=True)
+        try:
+            stat = proc_stat(foreign.pid)
+            assert stat is not None
+            servers.write_record(servers.LaunchRecord(
+                launch_id=uuid.uuid4().hex, step="old", command=("sglang",), ports=(port,), pgid=foreign.pid,
+                leader_starttime=stat.starttime - 1, boot_id=servers.boot_id(), launcher_pid=foreign.pid,
+                launcher_starttime=stat.starttime - 1, started_at=time.time() - 3600, log_path="/dev/null",
+            ))
+            assert servers.live_servers() == []
+            with pytest.raises(PortInUseError) as info:
+                with launch_step(fake_step(tmp_path, port, "x"), tmp_path / "logs"):
+                    pytest.fail("the body must not run")
+            assert f"port {port} on 127.0.0.1 is already in use" in str(info.value)
+            assert foreign.poll() is None and process_alive(foreign.pid, stat.starttime)
+        finally:
+            foreign.kill()
+            foreign.wait()
