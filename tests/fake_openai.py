@@ -81,9 +81,12 @@ class FakeOpenAI:
         faults: FaultPlan | None = None,
         latency_s: float = 0.0,
         sglang: bool = False,
+        api_key: str | None = None,
         port: int = 0,
     ) -> None:
         self.responder = responder
+        self.api_key = api_key  # when set, every route but /health answers 401 without `Authorization: Bearer <key>`
+        self.authorized = 0  # requests that carried the key, when one is required
         self.models = models
         self.faults = faults
         self.latency_s = latency_s
@@ -110,6 +113,16 @@ class FakeOpenAI:
         self._server.shutdown()
         self._server.server_close()
 
+    def admits(self, authorization: str | None) -> bool:
+        """Whether a request with this Authorization header may pass; counts the ones that carried the key."""
+        if self.api_key is None:
+            return True
+        with self._lock:
+            if authorization == f"Bearer {self.api_key}":
+                self.authorized += 1
+                return True
+        return False
+
     def record(self, body: dict[str, Any]) -> int:
         with self._lock:
             self.requests.append(body)
@@ -123,19 +136,34 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             pass
 
+        def _refused(self) -> bool:
+            """Answer 401 (as SGLang and vLLM do) when the server needs a key the request lacks."""
+            if server.admits(self.headers.get("Authorization")):
+                return False
+            self._json(401, {"error": {"message": "Invalid API Key"}})
+            return True
+
         def do_GET(self) -> None:
-            if self.path == "/v1/models":
+            if self.path == "/health":
+                self._json(200, {})
+            elif self._refused():
+                return
+            elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
             elif server.sglang and self.path == "/get_model_info":
                 self._json(200, {"model_path": server.models[0], "is_generation": True})
             elif server.sglang and self.path == "/get_server_info":
-                self._json(200, {"version": "0.0-fake", "internal_states": [{"avg_spec_accept_length": 2.5}]})
+                # SGLang lists its server arguments here, the API key among them.
+                self._json(200, {"version": "0.0-fake", "api_key": server.api_key,
+                                 "internal_states": [{"avg_spec_accept_length": 2.5}]})
             else:
                 self._json(404, {"error": "not found"})
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self._refused():
+                return
             mode = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}.get(self.path)
             if mode is None:
                 self._json(404, {"error": f"no route {self.path}"})
@@ -337,6 +365,8 @@ def gsm8k_oracle(wrong: Callable[[str], bool], tokens: Callable[[str], int] | No
 
 # -- as a launched server ---------------------------------------------------------
 
+KEY_ENV = "FAKE_OPENAI_API_KEY"
+
 
 def serve(argv: list[str]) -> None:
     """Serve the GSM8K oracle (every answer right) on a fixed port until killed.
@@ -344,15 +374,22 @@ def serve(argv: list[str]) -> None:
     With `--fork-child` a forked child keeps the listening socket open, as the
     worker processes of a multi-process server (SGLang) do: stopping only the
     leader does not free the port. `--pid-file` gets the leader's pid and the
-    child's, one a line, once the server listens.
+    child's, one a line, once the server listens. The server requires the key in
+    $FAKE_OPENAI_API_KEY when that is set (a key never goes on a command line);
+    `--env-report` gets the names of the variables it was started with.
     """
     parser = argparse.ArgumentParser(prog="python -m tests.fake_openai")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--fork-child", action="store_true")
     parser.add_argument("--pid-file")
+    parser.add_argument("--sglang", action="store_true", help="also answer SGLang's info routes")
+    parser.add_argument("--env-report")
     args = parser.parse_args(argv)
-    server = FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=args.latency, port=args.port)
+    if args.env_report:
+        Path(args.env_report).write_text(json.dumps(sorted(os.environ)))
+    server = FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=args.latency, port=args.port,
+                        sglang=args.sglang, api_key=os.environ.get(KEY_ENV) or None)
     pids = [os.getpid()]
     if args.fork_child:
         child = os.fork()  # before any thread starts
