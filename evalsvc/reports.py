@@ -395,7 +395,9 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
     tps = np.array([s.decode_tps for s in ok], dtype=float)
     ttft = np.array([s.ttft_s for s in ok], dtype=float)
     tokens = np.array([s.output_tokens or 0 for s in ok], dtype=float)
+    accepts = [s.accept_length for s in ok if s.accept_length is not None]
     return {**base, "n": len(samples), "n_ok": len(ok),
+            "accept_length_mean": float(np.mean(accepts)) if accepts else None, "n_accept_length": len(accepts),
             "decode_tps_median": float(np.median(tps)) if len(ok) else None,
             "decode_tps_mean": float(tps.mean()) if len(ok) else None,
             "ttft_median_s": float(np.median(ttft)) if len(ok) else None,

@@ -16,7 +16,7 @@ from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
 from harness.redact import MaskedError
-from harness.speed import PROBE_MAX_TOKENS, SpeedSample, fetch_sglang_spec_stats, probe_speed
+from harness.speed import PROBE_MAX_TOKENS, SpeedSample, probe_speed_with_spec
 from harness.tasks import get_task, pick_template
 from harness.types import Request
 
@@ -68,8 +68,7 @@ def measure_speed(store: Store, plan: SpeedPlan, progress: bool = False) -> Spee
         raise SpeedError(f"every speed request to {base_url} failed; first error: {samples[0].error}")
     with store.session() as session:
         endpoint = queries.get_endpoint(session, plan.endpoint)
-        spec_dict = None if spec is None else {"avg_accept_length": spec.avg_accept_length,
-                                               "algorithm": spec.algorithm, "num_draft_tokens": spec.num_draft_tokens}
+        spec_dict = None if spec is None else spec.as_record()
         pairs = [(pid, s) for (pid, _), s in zip(prompts, samples)]
         return add_speed_run(session, endpoint, plan.workload, pairs, "speed probe (batch 1, streaming)",
                              plan.max_tokens, spec_dict)
@@ -81,9 +80,8 @@ async def _probe(base_url: str, model: str, requests: list[Request], plan: Speed
             tps = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else sample.error
             log.warning("request %d: %s", sample.index + 1, tps)
 
-    samples = await probe_speed(base_url, model, requests, mode=requests[0].mode, max_tokens=plan.max_tokens,
-                                api_key=plan.api_key, on_sample=report)
-    return samples, await fetch_sglang_spec_stats(base_url, api_key=plan.api_key)
+    return await probe_speed_with_spec(base_url, model, requests, mode=requests[0].mode, max_tokens=plan.max_tokens,
+                                       api_key=plan.api_key, on_sample=report)
 
 
 def _endpoint(session, plan: SpeedPlan):  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,22 +300,29 @@ def _choice_texts(choice: dict[str, Any], mode: str) -> tuple[str, str | None, s
 def _usage_counts(usage: Any, bound: int) -> tuple[dict[str, int | None], list[str | None]]:
     """The three token counts of `usage`, each checked; unknown ones are None with a reason.
 
-    Reasoning tokens are read where the server puts them: OpenAI nests them
-    (`completion_tokens_details.reasoning_tokens`), SGLang puts them at the top level
-    and, in recent versions, nested as well; a nested 0 is a count, not a gap.
+    Reasoning tokens are read where the server puts them (`usage_reasoning_field`).
     """
     if not isinstance(usage, dict):
         issue = "usage missing" if usage is None else f"usage {shown(usage)} is not an object"
         return dict.fromkeys(("prompt_tokens", "completion_tokens", "reasoning_tokens")), [issue]
-    details = usage.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     checked = {
         "prompt_tokens": check_count("prompt_tokens", usage.get("prompt_tokens"), bound),
         "completion_tokens": check_count("completion_tokens", usage.get("completion_tokens"), bound, required=True),
-        "reasoning_tokens": check_count(
-            "reasoning_tokens", reasoning if reasoning is not None else usage.get("reasoning_tokens"), bound),
+        "reasoning_tokens": check_count("reasoning_tokens", usage_reasoning_field(usage), bound),
     }
     return {k: c.value for k, c in checked.items()}, [c.issue for c in checked.values()]
+
+
+def usage_reasoning_field(usage: Mapping[str, Any]) -> Any:
+    """The raw reasoning-token count of a usage object, wherever the server put it (check it before use).
+
+    OpenAI nests it (`completion_tokens_details.reasoning_tokens`); SGLang 0.5.23 puts
+    it at the top level (0 without reasoning) and nests it too when it is not 0
+    (entrypoints/openai/usage_processor.py). A nested 0 is a count, not a gap.
+    """
+    details = usage.get("completion_tokens_details")
+    nested = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    return nested if nested is not None else usage.get("reasoning_tokens")
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -21,10 +21,18 @@ mid-stream, a stream that ends without ``[DONE]``) yields a sample with
 ``error`` set and no speed: a broken stream must never look fast. Requests
 are not retried, because a retry would hide the failure in the timing.
 
-SGLang extras: ``fetch_sglang_spec_stats`` reads the server-wide average
-speculative accept length from ``/get_server_info``; a per-request accept
-length is taken from ``meta_info`` when a server puts one in the stream
-(``completion_tokens / spec_verify_ct``).
+- ``reasoning_tokens``: from the usage chunk, OpenAI's nested
+  ``completion_tokens_details.reasoning_tokens`` or SGLang's top-level
+  ``reasoning_tokens`` (``harness.client.usage_reasoning_field``); an
+  implausible count is left unknown.
+
+SGLang extras (``probe_speed_with_spec``): on an SGLang server the measured
+requests ask for ``return_spec_tokens_details``, and SGLang (0.5.23) answers
+with a last ``sglext.spec_tokens_details`` chunk holding the request's own
+``spec_accept_length`` (completion tokens / verify steps); that becomes
+``SpeedSample.accept_length``. Around the measured requests the server's state
+is read twice (``harness.sglang_stats``) for the probe's own token-weighted
+acceptance length and, labelled as such, SGLang's lifetime average.
 """
 
 from __future__ import annotations
@@ -34,21 +42,26 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 import numpy as np
 
 from harness.chat_prompts import ChatPrompt
+from harness.client import usage_reasoning_field
 from harness.redact import mask_text
 from harness.response import STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, shown, token_bound
+from harness.sglang_stats import SpecStats, read_spec_snapshot, spec_stats_between
 from harness.types import DecodingSettings, Mode, Request
 
 logger = logging.getLogger(__name__)
 
 TokenSource = Literal["usage", "chunks"]
 PromptLike = Request | ChatPrompt | Sequence[Mapping[str, str]] | str
+
+# SGLang's request field for per-request speculative statistics (a last `sglext` chunk in a stream).
+SGLANG_SPEC_DETAILS = {"return_spec_tokens_details": True}
 
 # Deliberately unlike any benchmark prompt, so warming up does not fill the
 # prefix cache with the first measured prompt and flatter its TTFT.
@@ -80,21 +93,12 @@ class SpeedSample:
     total_s: float = 0.0
     finish_reason: str | None = None
     accept_length: float | None = None
+    reasoning_tokens: int | None = None
     error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-@dataclass(frozen=True)
-class SpecStats:
-    """Server-wide speculative-decoding figures from SGLang's /get_server_info."""
-
-    avg_accept_length: float
-    algorithm: str | None = None
-    num_draft_tokens: int | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,11 @@ class _StreamState:
     t_last: float | None = None
     text_chunks: int = 0
     usage_tokens: int | None = None
+    reasoning_tokens: int | None = None
     finish_reason: str | None = None
     finished: bool = False  # a finish_reason chunk arrived (its value may be unknown, hence None)
     meta_info: dict[str, Any] | None = None
+    spec_details: dict[str, Any] | None = None
     done: bool = False
     error: str | None = None
     bound: int = STORABLE_MAX  # the largest plausible token count for this request
@@ -138,12 +144,6 @@ def api_url(base_url: str, path: str) -> str:
     if not root.endswith("/v1"):
         root += "/v1"
     return f"{root}/{path.lstrip('/')}"
-
-
-def server_root(base_url: str) -> str:
-    """The server root (without `/v1`), where SGLang's native routes live."""
-    root = base_url.rstrip("/")
-    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 def build_stream_body(prompt: PromptLike, model: str, mode: Mode, max_tokens: int) -> dict[str, Any]:
@@ -227,6 +227,18 @@ def _absorb_chunk(state: _StreamState, chunk: Any, now: float) -> None:
     _absorb_usage(state, chunk.get("usage"))
     if isinstance(chunk.get("meta_info"), Mapping):
         state.meta_info = dict(chunk["meta_info"])
+    details = _spec_tokens_details(chunk)
+    if details is not None:
+        state.spec_details = details
+
+
+def _spec_tokens_details(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
+    """SGLang's per-request `sglext.spec_tokens_details` (a list when n > 1: the first choice's)."""
+    sglext = chunk.get("sglext")
+    details = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
+    if isinstance(details, list):
+        details = details[0] if details else None
+    return dict(details) if isinstance(details, Mapping) else None
 
 
 def _absorb_choice(state: _StreamState, choice: Mapping[str, Any], now: float) -> None:
@@ -262,6 +274,8 @@ def _absorb_usage(state: _StreamState, usage: Any) -> None:
         state.error = f"usage chunks disagree: completion_tokens {state.usage_tokens}, then {checked.value}"
     elif checked.value is not None:
         state.usage_tokens = checked.value
+        # A reasoning count SGLang or OpenAI gets wrong leaves it unknown; the speed does not depend on it.
+        state.reasoning_tokens = check_count("usage.reasoning_tokens", usage_reasoning_field(usage), state.bound).value
 
 
 def _absorb_line(state: _StreamState, line: str, now: float) -> None:
@@ -284,15 +298,16 @@ def _absorb_line(state: _StreamState, line: str, now: float) -> None:
 
 
 def accept_length_from_meta(meta_info: Mapping[str, Any] | None) -> float | None:
-    """Per-request speculative accept length from SGLang-style `meta_info`.
+    """Per-request speculative accept length from SGLang's `meta_info` or `sglext.spec_tokens_details`.
 
-    Uses `spec_accept_length` when the server gives it, else
+    Uses `spec_accept_length` when the server gives a positive one (SGLang
+    sends 0.0 for a request that was never verified), else
     `completion_tokens / spec_verify_ct` (tokens emitted per verify step).
     """
     if not meta_info:
         return None
     direct = meta_info.get("spec_accept_length")
-    if isinstance(direct, (int, float)):
+    if isinstance(direct, (int, float)) and not isinstance(direct, bool) and direct > 0:
         return float(direct)
     verify = meta_info.get("spec_verify_ct")
     tokens = meta_info.get("completion_tokens")
@@ -325,7 +340,8 @@ def _sample_from_state(index: int, state: _StreamState, t_start: float, t_end: f
         text_chunks=state.text_chunks,
         total_s=total_s,
         finish_reason=state.finish_reason,
-        accept_length=accept_length_from_meta(state.meta_info),
+        accept_length=accept_length_from_meta(state.spec_details or state.meta_info),
+        reasoning_tokens=state.reasoning_tokens,
     )
 
 
@@ -376,88 +392,74 @@ async def probe_speed(
     share a prefix (few-shot templates); that is the repeated-use case.
     `on_sample` is called after each measured request (for progress output).
     """
+    samples, _ = await probe_speed_with_spec(
+        base_url, model, prompts, mode, max_tokens, api_key, warmup, timeout_s, on_sample, client,
+        read_server_stats=False,
+    )
+    return samples
+
+
+async def probe_speed_with_spec(
+    base_url: str,
+    model: str,
+    prompts: Sequence[PromptLike],
+    mode: Mode = "chat",
+    max_tokens: int = PROBE_MAX_TOKENS,
+    api_key: str | None = None,
+    warmup: int = 1,
+    timeout_s: float = 600.0,
+    on_sample: Callable[[SpeedSample], None] | None = None,
+    client: httpx.AsyncClient | None = None,
+    read_server_stats: bool = True,
+) -> tuple[list[SpeedSample], SpecStats | None]:
+    """`probe_speed`, plus SGLang's speculative-decoding figures for exactly the measured requests.
+
+    After the warm-up and again after the last measured request the server's
+    state is read (`harness.sglang_stats.read_spec_snapshot`); when the server
+    is SGLang the measured requests also ask for their own statistics. The
+    stats are None for other servers and without speculative decoding.
+    """
     url = api_url(base_url, "chat/completions" if mode == "chat" else "completions")
     bodies = [build_stream_body(p, model, mode, max_tokens) for p in prompts]
     headers = _headers(api_key)
+    auth = {k: v for k, v in headers.items() if k == "Authorization"}
     owned = client is None
     http = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
-    warmup_body = build_stream_body(WARMUP_PROMPT, model, mode, WARMUP_MAX_TOKENS)
     try:
-        for _ in range(warmup):
-            discarded = await _stream_one(http, url, warmup_body, headers, -1)
-            logger.debug("warm-up request: %s", discarded.error or f"{discarded.output_tokens} tokens")
-        samples = []
-        for index, body in enumerate(bodies):
-            sample = await _stream_one(http, url, body, headers, index)
-            if sample.error:
-                logger.warning("speed probe request %d failed: %s", index, sample.error)
-            if on_sample is not None:
-                on_sample(sample)
-            samples.append(sample)
-        return samples
+        await _warm_up(http, url, build_stream_body(WARMUP_PROMPT, model, mode, WARMUP_MAX_TOKENS), headers, warmup)
+        before = await read_spec_snapshot(http, base_url, auth) if read_server_stats else None
+        extra = SGLANG_SPEC_DETAILS if before is not None else {}
+        samples = await _measure(http, url, [{**body, **extra} for body in bodies], headers, on_sample)
+        after = await read_spec_snapshot(http, base_url, auth) if before is not None else None
     finally:
         if owned:
             await http.aclose()
+    stats = spec_stats_between(before, after) if before is not None and after is not None else None
+    return samples, stats
 
 
-# ---------------------------------------------------------------- SGLang server info
+async def _warm_up(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], n: int) -> None:
+    for _ in range(n):
+        discarded = await _stream_one(http, url, body, headers, -1)
+        logger.debug("warm-up request: %s", discarded.error or f"{discarded.output_tokens} tokens")
 
 
-def spec_stats_from_server_info(info: Mapping[str, Any]) -> SpecStats | None:
-    """Pull the average accept length out of a /get_server_info payload, if any.
-
-    SGLang reports it per data-parallel rank under `internal_states`; ranks are
-    averaged. Older builds put it at the top level.
-    """
-    states = info.get("internal_states")
-    values = []
-    if isinstance(states, list):
-        values = [
-            s["avg_spec_accept_length"]
-            for s in states
-            if isinstance(s, Mapping) and _is_number(s.get("avg_spec_accept_length"))
-        ]
-    if not values and _is_number(info.get("avg_spec_accept_length")):
-        values = [info["avg_spec_accept_length"]]
-    if not values:
-        return None
-    draft = info.get("speculative_num_draft_tokens")
-    return SpecStats(
-        avg_accept_length=float(statistics.fmean(values)),
-        algorithm=info.get("speculative_algorithm"),
-        num_draft_tokens=int(draft) if _is_number(draft) else None,
-        raw={"avg_spec_accept_length": [float(v) for v in values]},
-    )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-async def fetch_sglang_spec_stats(
-    base_url: str, api_key: str | None = None, timeout_s: float = 10.0, client: httpx.AsyncClient | None = None
-) -> SpecStats | None:
-    """Speculative-decoding stats from SGLang's `/get_server_info`; None when absent.
-
-    None covers: not an SGLang server (404 or non-JSON), no speculative
-    decoding configured, or the server unreachable (logged at warning).
-    """
-    url = f"{server_root(base_url)}/get_server_info"
-    owned = client is None
-    http = client or httpx.AsyncClient(timeout=timeout_s)
-    try:
-        response = await http.get(url, headers=_headers(api_key))
-        if response.status_code != 200:
-            logger.info("no SGLang server info at %s (HTTP %d)", url, response.status_code)
-            return None
-        info = response.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        logger.warning("could not read SGLang server info at %s: %s", url, exc)
-        return None
-    finally:
-        if owned:
-            await http.aclose()
-    return spec_stats_from_server_info(info) if isinstance(info, Mapping) else None
+async def _measure(
+    http: httpx.AsyncClient,
+    url: str,
+    bodies: list[dict[str, Any]],
+    headers: dict[str, str],
+    on_sample: Callable[[SpeedSample], None] | None,
+) -> list[SpeedSample]:
+    samples = []
+    for index, body in enumerate(bodies):
+        sample = await _stream_one(http, url, body, headers, index)
+        if sample.error:
+            logger.warning("speed probe request %d failed: %s", index, sample.error)
+        if on_sample is not None:
+            on_sample(sample)
+        samples.append(sample)
+    return samples
 
 
 # ---------------------------------------------------------------- summary

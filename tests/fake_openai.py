@@ -9,6 +9,12 @@ invalid-UTF-8 bodies, and for streams chunks out of order. A `Reply` can carry
 any JSON value where a server should put text or a token count (NaN, "12",
 null, 10 MB), so hostile responses are scripted per item.
 
+With `sglang=FakeSGLang(...)` it also serves SGLang's own routes from
+responses recorded from SGLang 0.5.23's source (tests/fixtures/sglang):
+`/server_info` and its deprecated alias `/get_server_info`, `/metrics`, and
+the per-request `sglext.spec_tokens_details` chunk; its speculative counters
+move with every request it serves.
+
 `python -m tests.fake_openai --port P` runs it as a process, e.g. as a ladder
 step's launch command (see `serve`).
 """
@@ -50,6 +56,7 @@ class Reply:
     prompt_tokens: Any = 20
     extra: dict[str, Any] = field(default_factory=dict)
     stream_usage: tuple[Any, ...] | None = None
+    spec_verify_ct: int | None = None  # verify steps a speculative server spent on this reply
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,96 @@ class Fault:
     status: int = 500
     retry_after: float | None = None
     delay_s: float = 0.0
+
+
+SGLANG_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sglang"
+
+
+def sglang_fixture(name: str) -> Any:
+    """A recorded SGLang response: `usage.json`, `server_info.json`, `stream_sglext.json` or `metrics.txt`."""
+    text = (SGLANG_FIXTURES / name).read_text(encoding="utf-8")
+    return json.loads(text) if name.endswith(".json") else text
+
+
+@dataclass
+class FakeSGLang:
+    """SGLang's speculative-decoding state as its routes report it, moved by the requests served.
+
+    `server_info` is a recorded `/server_info` payload whose first rank's
+    `avg_spec_accept_length` (if any) stands for `accepted / verify_steps` so far
+    (`verify_steps` gives the weight). Served tokens and verify steps are folded
+    into that average only every `fold_every` verify steps, as SGLang folds them
+    every `--decode-log-interval` decode batches. `routes`: the server-info
+    routes that answer (older builds had only `/get_server_info`). `metrics`:
+    serve `/metrics` (a server started with `--enable-metrics`).
+    """
+
+    server_info: dict[str, Any]
+    verify_steps: int = 3000
+    routes: tuple[str, ...] = ("/server_info", "/get_server_info")
+    metrics: bool = True
+    spec_details: bool = True  # answers `return_spec_tokens_details` (SGLang 0.5.23 does)
+    fold_every: int = 1
+    streamed_tokens: int = 0
+    verify_calls: int = 0
+    _accepted: float = 0.0
+    _pending: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        average = self._states()[0].get("avg_spec_accept_length") if self._states() else None
+        self._accepted = float(average) * self.verify_steps if average is not None else 0.0
+        if average is None:
+            self.verify_steps = 0
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the recorded server runs speculative decoding at all."""
+        return bool(self.server_info.get("speculative_algorithm"))
+
+    def _states(self) -> list[dict[str, Any]]:
+        return self.server_info.get("internal_states") or []
+
+    def served(self, tokens: int, verify: int | None, streamed: bool) -> None:
+        """Count one finished request, as SGLang's tokenizer and scheduler do."""
+        if streamed:
+            self.streamed_tokens += tokens
+        if not verify or not self.speculative:
+            return
+        self.verify_calls += verify
+        tokens_pending, verify_pending = self._pending[0] + tokens, self._pending[1] + verify
+        if verify_pending >= self.fold_every:
+            self._accepted += tokens_pending
+            self.verify_steps += verify_pending
+            tokens_pending = verify_pending = 0
+        self._pending = (tokens_pending, verify_pending)
+
+    def info_now(self) -> dict[str, Any]:
+        info = json.loads(json.dumps(self.server_info))
+        if info.get("internal_states") and self.verify_steps:
+            info["internal_states"][0]["avg_spec_accept_length"] = self._accepted / self.verify_steps
+        return info
+
+    def metrics_now(self) -> str:
+        """The recorded /metrics text with this server's streamed-token and verify counters."""
+        base = {"streamed": 1200.0, "verify": 18000.0}  # the recorded samples' values
+        lines = []
+        for line in sglang_fixture("metrics.txt").splitlines():
+            if line.startswith('sglang:generation_tokens_total{') and 'is_streaming="true"' in line:
+                line = f"{line.rsplit(' ', 1)[0]} {base['streamed'] + self.streamed_tokens}"
+            elif line.startswith("sglang:spec_verify_calls_total{"):
+                line = f"{line.rsplit(' ', 1)[0]} {base['verify'] + self.verify_calls}"
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+
+    def spec_tokens_details(self, tokens: int, verify: int) -> dict[str, Any]:
+        """The per-request `sglext` chunk's payload, shaped like the recorded one."""
+        details = dict(sglang_fixture("stream_sglext.json")["chunk"]["sglext"]["spec_tokens_details"])
+        draft = int(self.server_info.get("speculative_num_draft_tokens") or 1)
+        proposed = verify * (draft - 1)
+        details.update(spec_accept_length=tokens / verify, spec_verify_ct=verify,
+                       spec_num_proposed_drafts=proposed, spec_num_correct_drafts=max(tokens - verify, 0),
+                       spec_accept_rate=max(tokens - verify, 0) / proposed if proposed else 0.0)
+        return details
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -80,7 +177,7 @@ class FakeOpenAI:
         models: tuple[str, ...] = ("fake-model",),
         faults: FaultPlan | None = None,
         latency_s: float = 0.0,
-        sglang: bool = False,
+        sglang: bool | FakeSGLang = False,
         api_key: str | None = None,
         port: int = 0,
     ) -> None:
@@ -92,6 +189,7 @@ class FakeOpenAI:
         self.latency_s = latency_s
         self.sglang = sglang
         self.requests: list[dict[str, Any]] = []
+        self.gets: list[str] = []  # paths of GET requests, in order
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
@@ -144,6 +242,8 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             return True
 
         def do_GET(self) -> None:
+            with server._lock:
+                server.gets.append(self.path)
             if self.path == "/health":
                 self._json(200, {})
             elif self._refused():
@@ -152,12 +252,23 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
             elif server.sglang and self.path == "/get_model_info":
                 self._json(200, {"model_path": server.models[0], "is_generation": True})
+            elif isinstance(server.sglang, FakeSGLang):
+                self._sglang_get(server.sglang)
             elif server.sglang and self.path == "/get_server_info":
                 # SGLang lists its server arguments here, the API key among them.
                 self._json(200, {"version": "0.0-fake", "api_key": server.api_key,
                                  "internal_states": [{"avg_spec_accept_length": 2.5}]})
             else:
                 self._json(404, {"error": "not found"})
+
+        def _sglang_get(self, sglang: FakeSGLang) -> None:
+            with server._lock:
+                if self.path in sglang.routes:
+                    self._json(200, sglang.info_now())
+                elif self.path == "/metrics" and sglang.metrics:
+                    self._raw(200, sglang.metrics_now().encode(), {"Content-Type": "text/plain; version=0.0.4"})
+                else:
+                    self._json(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
@@ -181,6 +292,9 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             payload = _payload(mode, body, reply, server.sglang)
             if fault is not None:
                 _mangle(fault.kind, payload)
+            if isinstance(server.sglang, FakeSGLang):
+                with server._lock:
+                    server.sglang.served(_count(reply), reply.spec_verify_ct, bool(body.get("stream")))
             if body.get("stream"):
                 self._stream(mode, body, reply, disorder=fault is not None and fault.kind == "stream_disorder")
             else:
@@ -240,9 +354,10 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            events = _stream_events(mode, body, reply)
+            closing = _sglext_chunks(server, body, reply)
+            events = _stream_events(mode, body, reply, closing)
             if disorder:  # the finish chunk first, then the text
-                events.insert(0, events.pop(-1 - _usage_chunks(body, reply)))
+                events.insert(0, events.pop(-1 - len(closing) - _usage_chunks(body, reply)))
             for event in events:
                 self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
@@ -257,6 +372,12 @@ def _tokens(reply: Reply) -> Any:
     return len(reply.text.split()) if isinstance(reply.text, str) else 0
 
 
+def _count(reply: Reply) -> int:
+    """The reply's token count when it is a plain count (hostile values count as 0)."""
+    tokens = _tokens(reply)
+    return tokens if type(tokens) is int else 0
+
+
 def _present(**fields: Any) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if not (isinstance(value, str) and value == MISSING)}
 
@@ -266,7 +387,7 @@ def _usage(reply: Reply, tokens: Any) -> dict[str, Any]:
     return _present(prompt_tokens=reply.prompt_tokens, completion_tokens=tokens, total_tokens=total)
 
 
-def _payload(mode: str, body: dict[str, Any], reply: Reply, sglang: bool) -> dict[str, Any]:
+def _payload(mode: str, body: dict[str, Any], reply: Reply, sglang: bool | FakeSGLang) -> dict[str, Any]:
     tokens = _tokens(reply)
     if mode == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
@@ -283,7 +404,7 @@ def _payload(mode: str, body: dict[str, Any], reply: Reply, sglang: bool) -> dic
         "usage": _usage(reply, tokens),
         **reply.extra,
     }
-    if sglang and type(tokens) is int:
+    if sglang is True and type(tokens) is int:  # the plain flag's stand-in; FakeSGLang answers as SGLang 0.5.23
         payload["meta_info"] = {"completion_tokens": tokens, "spec_verify_ct": max(tokens // 2, 1)}
     return payload
 
@@ -306,19 +427,40 @@ def _usage_chunks(body: dict[str, Any], reply: Reply) -> int:
     return len(reply.stream_usage) if reply.stream_usage is not None else 1
 
 
-def _stream_events(mode: str, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
-    """The data events of a streamed reply: one per word, the finish chunk, then the usage chunks asked for."""
+def _sglext_chunks(server: FakeOpenAI, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    """SGLang's per-request statistics chunk, when the request asks for it and the server has some."""
+    sglang = server.sglang
+    if not (isinstance(sglang, FakeSGLang) and sglang.speculative and sglang.spec_details
+            and body.get("return_spec_tokens_details") and reply.spec_verify_ct):
+        return []
+    details = sglang.spec_tokens_details(_count(reply), reply.spec_verify_ct)
+    return [{"id": "cmpl-fake", "object": "chat.completion.chunk", "model": body.get("model"), "choices": [],
+             "sglext": {"spec_tokens_details": details}}]
+
+
+def _stream_events(
+    mode: str, body: dict[str, Any], reply: Reply, closing: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The data events of a streamed reply: reasoning and text one word each, the finish chunk, `closing`
+    (SGLang's statistics chunk), then the usage chunks asked for."""
     def chunk(fields: dict[str, Any]) -> dict[str, Any]:
         return {"id": "cmpl-fake", "object": "chunk", "model": body.get("model"), "choices": [{"index": 0, **fields}]}
 
     text = reply.text if isinstance(reply.text, str) else ""
-    events = [chunk({"delta": {"content": word + " "}} if mode == "chat" else {"text": word + " "})
-              for word in text.split(" ")]
+    thinking = reply.reasoning.split(" ") if mode == "chat" and reply.reasoning else []
+    events = [chunk({"delta": {"reasoning_content": word + " "}}) for word in thinking]
+    events += [chunk({"delta": {"content": word + " "}} if mode == "chat" else {"text": word + " "})
+               for word in text.split(" ")]
     events.append(chunk({"delta": {}, "finish_reason": reply.finish_reason} if mode == "chat"
                         else {"text": "", "finish_reason": reply.finish_reason}))
-    counts = reply.stream_usage if reply.stream_usage is not None else (_tokens(reply),)
-    events += [{"id": "cmpl-fake", "object": "chunk", "choices": [], "usage": _usage(reply, count)}
-               for count in counts[: _usage_chunks(body, reply)]]
+    events += closing or []
+    if reply.stream_usage is None and "usage" in reply.extra:  # a recorded usage object, as the reply carries it
+        usages = [reply.extra["usage"]]
+    else:
+        counts = reply.stream_usage if reply.stream_usage is not None else (_tokens(reply),)
+        usages = [_usage(reply, count) for count in counts]
+    events += [{"id": "cmpl-fake", "object": "chunk", "choices": [], "usage": usage}
+               for usage in usages[: _usage_chunks(body, reply)]]
     return events
 
 

@@ -1,8 +1,8 @@
 """Test double: an OpenAI-compatible streaming server whose token timing the test sets.
 
 Speaks real HTTP/1.1 with chunked transfer encoding and server-sent events on
-127.0.0.1, for `/v1/chat/completions` and `/v1/completions`, plus an optional
-SGLang-like `/get_server_info`. Each token is written and flushed on its own
+127.0.0.1, for `/v1/chat/completions` and `/v1/completions` (SGLang's own
+routes are served by tests/fake_openai.py's FakeSGLang). Each token is written and flushed on its own
 schedule: `ttft_s` after the request for the first, then every `interval_s`,
 against absolute deadlines so scheduling delays do not accumulate.
 """
@@ -51,7 +51,6 @@ class StreamScript:
     fail_requests: tuple[int, ...] | None = None
     status: int = 200
     role_chunk: bool = True
-    server_info: dict[str, Any] | None = None
 
 
 @dataclass
@@ -72,11 +71,8 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def do_GET(self) -> None:
-        info = self.server.state.script.server_info
         if self.path == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
-        elif self.path == "/get_server_info" and info is not None:
-            self._send_json(200, info)
         else:
             self._send_json(404, {"detail": "Not Found"})
 

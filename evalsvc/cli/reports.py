@@ -134,9 +134,27 @@ def format_speed(s: dict[str, Any]) -> str:
         f"  time to first token {s['ttft_median_s'] * 1000:.0f} ms median; "
         f"output tokens {s['output_tokens_mean']:.1f} mean",
     ]
-    if s.get("spec_stats"):
-        lines.append(f"  speculative decoding: average accept length {s['spec_stats']['avg_accept_length']:.2f}")
+    lines.extend(_accept_length_lines(s))
     return "\n".join(lines)
+
+
+def _accept_length_lines(s: dict[str, Any]) -> list[str]:
+    """Speculative acceptance: this probe's own figures first; SGLang's since-start average only as such."""
+    lines = []
+    if s.get("accept_length_mean") is not None:
+        lines.append(f"  speculative decoding: accept length {s['accept_length_mean']:.2f} mean over "
+                     f"{s['n_accept_length']} requests (as the server reported each)")
+    spec = s.get("spec_stats") or {}
+    if spec.get("probe_accept_length") is not None:
+        lines.append(f"  speculative decoding: accept length {spec['probe_accept_length']:.2f} over this probe "
+                     f"({spec['probe_generation_tokens']} tokens / {spec['probe_verify_calls']} verify steps)")
+    since_start = [spec.get(k) for k in ("lifetime_before", "lifetime_after")]
+    if since_start[1] is not None:
+        before = f"{since_start[0]:.2f} -> " if since_start[0] is not None else ""
+        lines.append(f"  server's average since it started (not this probe's): {before}{since_start[1]:.2f}")
+    elif spec.get("avg_accept_length") is not None:  # stored by an earlier evalsvc
+        lines.append(f"  server's average since it started (not this probe's): {spec['avg_accept_length']:.2f}")
+    return lines
 
 
 @click.command("decide")

@@ -53,3 +53,25 @@ def test_speed_text_output_and_bad_input(db_path: str) -> None:
     assert missing.exit_code == 2 and "needs --source" in missing.output
     unknown = run_cli("speed", "--endpoint", "nope", "--workload", "math", "--db", db_path)
     assert unknown.exit_code == 2 and "no endpoint named 'nope'" in unknown.output
+
+
+def test_speed_on_sglang_stores_and_prints_the_probes_acceptance_apart_from_the_servers(db_path: str) -> None:
+    from tests.fake_openai import FakeOpenAI, FakeSGLang, Reply, sglang_fixture
+
+    info = sglang_fixture("server_info.json")["responses"]["eagle3_one_rank"]
+    # The server's average since start is 3.0 over 3000 verify steps; every reply here (warm-up included) is
+    # 24 tokens in 12 steps, so the probe's own acceptance length is 2.0.
+    reply = Reply(text=" ".join(["w"] * 24), completion_tokens=24, spec_verify_ct=12)
+    with FakeOpenAI(lambda body: reply, sglang=FakeSGLang(dict(info))) as server:
+        args = ("speed", "--endpoint", "eagle", "--url", server.base_url, "--model", "fake-model",
+                "--workload", "chat", "--n", "2", "--db", db_path)
+        stored = json.loads(run_cli(*args, "--json").output)
+        text = run_cli(*args).output
+    spec = stored["spec_stats"]
+    assert (spec["probe_generation_tokens"], spec["probe_verify_calls"]) == (48, 24)
+    assert spec["probe_accept_length"] == pytest.approx(2.0)
+    assert spec["lifetime_after"] == pytest.approx((9000 + 24 * 3) / (3000 + 12 * 3))
+    assert (stored["accept_length_mean"], stored["n_accept_length"]) == (pytest.approx(2.0), 2)
+    assert "accept length 2.00 mean over 2 requests" in text
+    assert "accept length 2.00 over this probe (48 tokens / 24 verify steps)" in text
+    assert "server's average since it started (not this probe's)" in text

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.client import EndpointClient, EndpointError, RetryPolicy, normalize_base_url
 from harness.types import Completion, DecodingSettings, Request
-from tests.fake_openai import Fault, FakeOpenAI, Reply
+from tests.fake_openai import Fault, FakeOpenAI, Reply, sglang_fixture
 
 FAST_RETRY = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05)
 CHAT = Request(mode="chat", messages=({"role": "user", "content": "2+2?"},))
@@ -204,13 +202,6 @@ def test_normalize_base_url(given: str, expected: str) -> None:
 
 # ---------------------------------------------------------------- reasoning tokens, as SGLang and OpenAI report them
 
-SGLANG_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
-
-
-def usage_fixture(name: str) -> dict[str, Any]:
-    return json.loads((SGLANG_FIXTURES / "usage.json").read_text())["usage"][name]
-
-
 @pytest.mark.parametrize(
     ("shape", "expected"),
     [
@@ -223,7 +214,7 @@ def usage_fixture(name: str) -> dict[str, Any]:
     ],
 )
 def test_reasoning_tokens_are_read_where_the_server_puts_them(shape: str, expected: int | None) -> None:
-    usage = usage_fixture(shape)
+    usage = sglang_fixture("usage.json")["usage"][shape]
     reply = Reply(text="It is 4.", reasoning="2 plus 2", extra={"usage": usage})
     with FakeOpenAI(lambda body: reply) as server:
         result = complete(server)
