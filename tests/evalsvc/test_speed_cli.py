@@ -65,8 +65,8 @@ def test_speed_on_sglang_stores_and_prints_the_probes_acceptance_apart_from_the_
     with FakeOpenAI(lambda body: reply, sglang=FakeSGLang(dict(info))) as server:
         args = ("speed", "--endpoint", "eagle", "--url", server.base_url, "--model", "fake-model",
                 "--workload", "chat", "--n", "2", "--db", db_path)
-        stored = json.loads(run_cli(*args, "--json").output)
-        text = run_cli(*args).output
+        stored = json.loads(run_cli(*args, "--json").stdout)
+        text = run_cli(*args).stdout
     spec = stored["spec_stats"]
     assert (spec["probe_generation_tokens"], spec["probe_verify_calls"]) == (48, 24)
     assert spec["probe_accept_length"] == pytest.approx(2.0)
