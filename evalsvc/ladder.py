@@ -94,7 +94,7 @@ class LaunchSpec:
     command: tuple[str, ...]
     health_url: str
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # may pass a key to the server
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class RunSpec:
     limit: int | None = None
     settings: DecodingSettings = DecodingSettings()
     concurrency: int = 8
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
     metadata: dict[str, Any] = field(default_factory=dict)
     new_repeat: bool = False
     max_error_rate: float = 0.1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from db import queries
 from db.engine import Store
@@ -40,7 +40,7 @@ class SpeedPlan:
     chat_source: str | None = None
     url: str | None = None
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
 
 
 def workload_prompts(workload: str, n: int, data: str | None, chat_source: str | None) -> list[tuple[str, Request]]:
