@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -18,6 +19,7 @@ from tests.fake_openai import GSM8K_TEST_FILE, FakeOpenAI, gsm8k_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K_TEST = str(GSM8K_TEST_FILE)
+STOP_BOUND_S = 10.0  # issue 19: nothing evalsvc started for a run is left 10 s after a signal stops it
 
 
 def wrong_when(question: str) -> bool:
@@ -83,3 +85,27 @@ def status_lines() -> Iterator[StatusLines]:
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries the test's tag (read from /proc, not from evalsvc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if f"EVALSVC_TEST_TAG={tag}".encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(find: Callable[[], list[int]], timeout_s: float = STOP_BOUND_S) -> tuple[list[int], float]:
+    """Poll until `find()` is empty or `timeout_s` has passed; (what is left, seconds waited)."""
+    started = time.monotonic()
+    while (left := find()) and time.monotonic() - started < timeout_s:
+        time.sleep(0.05)
+    return left, time.monotonic() - started

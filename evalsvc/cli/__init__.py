@@ -55,8 +55,7 @@ class EvalsvcGroup(click.Group):
             except RunInterrupted as exc:
                 _exit_interrupted(str(exc), stop_signal())
             except KeyboardInterrupt:
-                _exit_interrupted("stopped before the run began or after it ended; what finished is stored, "
-                                  "run the same command to resume", stop_signal())
+                _exit_interrupted("stopped; what finished is stored, run the same command to resume", stop_signal())
             except user_errors() as exc:
                 click.echo(mask_text(f"error: {exc}"), err=True)
                 sys.exit(EXIT_USER_ERROR)

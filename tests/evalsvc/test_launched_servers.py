@@ -28,29 +28,12 @@ import pytest
 from evalsvc import servers
 from evalsvc.watchdog import proc_stat, process_alive
 from evalsvc.ladder import LadderStep, LaunchSpec, PortInUseError, launch_step, port_is_free
-from tests.conftest import GSM8K_TEST, ROOT
+from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
 from tests.evalsvc.test_ladder import free_port
 
 N_ITEMS = 40
-STOP_BOUND_S = 10.0  # the requirement: no launched process 10 s after the signal
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGKILL: -signal.SIGKILL}
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment carries the test's tag (read from /proc, not from evalsvc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if f"EVALSVC_TEST_TAG={tag}".encode() in environ.split(b"\0") and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def processes_naming(text: str) -> list[int]:
@@ -65,18 +48,10 @@ def processes_naming(text: str) -> list[int]:
     return found
 
 
-def wait_until_gone(find, timeout_s: float = STOP_BOUND_S) -> tuple[list[int], float]:  # type: ignore[no-untyped-def]
-    """Poll until `find()` is empty or `timeout_s` has passed; (what is left, seconds waited)."""
-    started = time.monotonic()
-    while (left := find()) and time.monotonic() - started < timeout_s:
-        time.sleep(0.05)
-    return left, time.monotonic() - started
-
-
 class LadderSetup:
     """A one-step ladder whose step launches the fake server, and the command that evaluates it."""
 
-    def __init__(self, tmp_path: Path, latency_s: float = 0.2) -> None:
+    def __init__(self, tmp_path: Path, latency_s: float = 0.2, n_items: int = N_ITEMS, speed_n: int = 0) -> None:
         self.tag = uuid.uuid4().hex
         self.home = tmp_path / "home"
         self.db = str(tmp_path / "evalsvc.db")
@@ -97,8 +72,8 @@ steps:
       env: {{PYTHONPATH: "{ROOT}", EVALSVC_TEST_TAG: "{self.tag}"}}
 """)
         self.args = [sys.executable, "-m", "evalsvc.cli", "ladder", "run", str(self.ladder), "--task", "gsm8k",
-                     "--limit", str(N_ITEMS), "--data", GSM8K_TEST, "--db", self.db, "--no-progress",
-                     "--concurrency", "2"]
+                     "--limit", str(n_items), "--data", GSM8K_TEST, "--db", self.db, "--no-progress",
+                     "--concurrency", "2", "--speed", str(speed_n)]
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALSVC_HOME": str(self.home)}
 
     def start(self) -> subprocess.Popen[str]:
@@ -255,3 +230,43 @@ def test_a_record_whose_pid_was_reused_by_another_process_is_never_acted_on(tmp_
         finally:
             foreign.kill()
             foreign.wait()
+
+
+def run_statuses(db: str) -> list[str]:
+    try:
+        with sqlite3.connect(db, timeout=30) as conn:
+            return [status for (status,) in conn.execute("select status from runs")]
+    except sqlite3.OperationalError:  # no store or no tables yet
+        return []
+
+
+def speed_workloads(db: str) -> list[str]:
+    with sqlite3.connect(db, timeout=30) as conn:
+        return sorted(w for (w,) in conn.execute("select workload from speed_runs"))
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_speed_probe_stops_the_server_and_the_probe_resumes(tmp_path: Path) -> None:
+    setup = LadderSetup(tmp_path, n_items=6, speed_n=5)
+    proc = setup.start()
+    deadline = time.monotonic() + 240
+    while run_statuses(setup.db) != ["complete"]:  # the evaluation is done: timing has begun
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "the evaluation did not finish in 240 s"
+        time.sleep(0.05)
+    (record,) = setup.records()
+    proc.send_signal(signal.SIGTERM)
+    left, waited = wait_until_gone(lambda: tagged_processes(setup.tag) + processes_naming(record["launch_id"]))
+    assert left == [], f"processes {left} still alive {waited:.1f} s after SIGTERM"
+    proc.wait(timeout=60)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 143 and "interrupted by SIGTERM" in stderr and "Traceback" not in stderr, stderr
+    assert speed_workloads(setup.db) == []  # a probe cut short stores nothing
+    (run_id, _), = setup.runs_and_items()[0]
+
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    (step,) = json.loads(result.stdout)["steps"]
+    assert (step["run_ids"], step["reused"], step["error"]) == ([run_id], ["gsm8k"], None)
+    assert speed_workloads(setup.db) == ["chat", "math"]
+    assert tagged_processes(setup.tag) == [] and setup.records() == []
