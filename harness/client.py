@@ -2,7 +2,7 @@
 
 Speaks `/v1/chat/completions` and `/v1/completions`, greedy by default, and
 understands SGLang's extra fields (`reasoning_content`, `meta_info`,
-`/get_model_info`, `/get_server_info`). Retries are classified: connection
+`/model_info`, `/server_info`). Retries are classified: connection
 errors, timeouts, 429 and 5xx are retried with capped exponential backoff
 (honouring Retry-After); any other 4xx fails at once.
 """
@@ -24,6 +24,7 @@ from harness.redact import MaskedError
 from harness.response import (
     STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, check_text, join_issues, shown, token_bound,
 )
+from harness.sglang_stats import MODEL_INFO_ROUTES, SERVER_INFO_ROUTES, fetch_native
 from harness.types import Completion, DecodingSettings, Request
 
 log = logging.getLogger(__name__)
@@ -63,10 +64,6 @@ def normalize_base_url(url: str) -> str:
     """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean `http://h:p/v1`."""
     url = url.rstrip("/")
     return url if url.endswith("/v1") else url + "/v1"
-
-
-def _server_root(base_url: str) -> str:
-    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
 class EndpointClient:
@@ -135,20 +132,20 @@ class EndpointClient:
         return models
 
     async def fingerprint(self) -> dict[str, Any]:
-        """What identifies the server: its model list and, on SGLang, model and server info."""
+        """What identifies the server: its model list and, on SGLang, model and server info.
+
+        SGLang's current routes (`/model_info`, `/server_info`) are read first and
+        the deprecated `/get_...` ones only when those are missing (older builds);
+        `routes` records which answered.
+        """
         result: dict[str, Any] = {"models": await self.check_model()}
-        root = _server_root(self.base_url)
-        for path in ("get_model_info", "get_server_info"):
-            try:
-                resp = await self._http.get(f"{root}/{path}", timeout=10.0)
-            except httpx.HTTPError:
-                continue
-            if resp.status_code == 200:
-                try:
-                    result[path] = resp.json()
-                except ValueError:
-                    pass
-        result["engine"] = "sglang" if "get_server_info" in result else "openai-compatible"
+        routes = {"model_info": MODEL_INFO_ROUTES, "server_info": SERVER_INFO_ROUTES}
+        for key, candidates in routes.items():
+            found = await fetch_native(self._http, self.base_url, candidates)
+            if found is not None:
+                result.setdefault("routes", {})[key] = found[0]
+                result[key] = found[1]
+        result["engine"] = "sglang" if "server_info" in result else "openai-compatible"
         return result
 
     # -- generation ---------------------------------------------------------

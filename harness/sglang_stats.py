@@ -44,7 +44,9 @@ import httpx
 
 logger = logging.getLogger(__name__)
 
-SERVER_INFO_PATHS = ("server_info", "get_server_info")
+# Current route first, then the deprecated alias that older builds serve alone.
+SERVER_INFO_ROUTES = ("server_info", "get_server_info")
+MODEL_INFO_ROUTES = ("model_info", "get_model_info")
 TOKENS_COUNTER = "sglang:generation_tokens_total"
 VERIFY_COUNTER = "sglang:spec_verify_calls_total"
 # One sample line of the Prometheus text format: name, optional {labels}, value.
@@ -195,37 +197,42 @@ async def read_spec_snapshot(
     None covers: neither route answers 200 with a JSON object (another server),
     or the server is unreachable (logged at warning).
     """
-    root = server_root(base_url)
-    found = await _server_info(http, root, headers or {})
+    found = await fetch_native(http, base_url, SERVER_INFO_ROUTES, headers)
     if found is None:
         return None
     route, info = found
-    return snapshot_from(route, info, await _metrics_text(http, root, headers or {}))
+    return snapshot_from(route, info, await _metrics_text(http, server_root(base_url), headers or {}))
 
 
-async def _server_info(
-    http: httpx.AsyncClient, root: str, headers: Mapping[str, str]
+async def fetch_native(
+    http: httpx.AsyncClient,
+    base_url: str,
+    routes: tuple[str, ...],
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
 ) -> tuple[str, dict[str, Any]] | None:
-    for path in SERVER_INFO_PATHS:
+    """(route, JSON object) from the first of SGLang's native `routes` that answers one; None if none does."""
+    root = server_root(base_url)
+    for path in routes:
         url = f"{root}/{path}"
         try:
-            response = await http.get(url, headers=dict(headers))
+            response = await http.get(url, headers=dict(headers or {}), timeout=timeout_s)
             payload = response.json() if response.status_code == 200 else None
         except httpx.HTTPError as exc:
-            logger.warning("could not read SGLang server info at %s: %s", url, exc)
+            logger.warning("could not read SGLang's %s: %s", url, exc)
             return None
         except ValueError:
             payload = None
         if isinstance(payload, dict):
             return f"/{path}", payload
-        logger.info("no SGLang server info at %s (HTTP %d)", url, response.status_code)
+        logger.info("no SGLang %s at %s (HTTP %d)", path, url, response.status_code)
     return None
 
 
 async def _metrics_text(http: httpx.AsyncClient, root: str, headers: Mapping[str, str]) -> str | None:
     """`/metrics` as text, or None when the server does not serve it (started without --enable-metrics)."""
     try:
-        response = await http.get(f"{root}/metrics", headers=dict(headers))
+        response = await http.get(f"{root}/metrics", headers=dict(headers), timeout=10.0)
     except httpx.HTTPError as exc:
         logger.info("no SGLang /metrics at %s: %s", root, exc)
         return None

@@ -265,6 +265,9 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             with server._lock:
                 if self.path in sglang.routes:
                     self._json(200, sglang.info_now())
+                elif self.path == "/model_info" and "/server_info" in sglang.routes:  # builds with the new routes
+                    info = sglang.server_info
+                    self._json(200, {k: info.get(k) for k in ("model_path", "served_model_name", "reasoning_parser")})
                 elif self.path == "/metrics" and sglang.metrics:
                     self._raw(200, sglang.metrics_now().encode(), {"Content-Type": "text/plain; version=0.0.4"})
                 else:

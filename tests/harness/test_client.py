@@ -13,7 +13,7 @@ import pytest
 
 from harness.client import EndpointClient, EndpointError, RetryPolicy, normalize_base_url
 from harness.types import Completion, DecodingSettings, Request
-from tests.fake_openai import Fault, FakeOpenAI, Reply, sglang_fixture
+from tests.fake_openai import Fault, FakeOpenAI, FakeSGLang, Reply, sglang_fixture
 
 FAST_RETRY = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05)
 CHAT = Request(mode="chat", messages=({"role": "user", "content": "2+2?"},))
@@ -186,11 +186,28 @@ def test_sglang_fingerprint_and_meta_info() -> None:
         async with EndpointClient(url, "fake-model", retry=FAST_RETRY) as client:
             return await client.fingerprint(), await client.complete(CHAT, DecodingSettings())
 
-    with FakeOpenAI(lambda b: Reply(text="a b c d"), sglang=True) as server:
+    with FakeOpenAI(lambda b: Reply(text="a b c d"), sglang=True) as server:  # an older build: /get_* routes only
         fingerprint, result = asyncio.run(go(server.base_url))
     assert fingerprint["engine"] == "sglang"
-    assert fingerprint["get_server_info"]["internal_states"][0]["avg_spec_accept_length"] == 2.5
+    assert fingerprint["routes"] == {"model_info": "/get_model_info", "server_info": "/get_server_info"}
+    assert fingerprint["server_info"]["internal_states"][0]["avg_spec_accept_length"] == 2.5
     assert result.extra["meta_info"]["spec_verify_ct"] == 2
+
+
+def test_fingerprint_reads_sglangs_current_routes_first() -> None:
+    info = sglang_fixture("server_info.json")["responses"]["eagle3_one_rank"]
+
+    async def go(url: str) -> dict[str, Any]:
+        async with EndpointClient(url, "fake-model", retry=FAST_RETRY) as client:
+            return await client.fingerprint()
+
+    with FakeOpenAI(sglang=FakeSGLang(dict(info))) as sglang, FakeOpenAI() as plain:
+        current, other = asyncio.run(go(sglang.base_url)), asyncio.run(go(plain.base_url))
+        gets = list(sglang.gets)
+    assert current["routes"] == {"model_info": "/model_info", "server_info": "/server_info"}
+    assert (current["server_info"]["version"], current["model_info"]["reasoning_parser"]) == ("0.5.23", "qwen3")
+    assert "/get_server_info" not in gets and "/get_model_info" not in gets
+    assert other == {"models": ["fake-model"], "engine": "openai-compatible"}
 
 
 @pytest.mark.parametrize(("given", "expected"), [
