@@ -142,7 +142,11 @@ class ServerGuard:
             leader_starttime=_starttime(pid), boot_id=boot_id(), launcher_pid=os.getpid(),
             launcher_starttime=_starttime(os.getpid()), started_at=time.time(), log_path=str(self.log_path),
         )
-        write_record(self.record)
+        try:
+            write_record(self.record)
+        except OSError as exc:  # the watchdog still guards the server; only a later clean-up loses track of it
+            log.warning("cannot record the launch of step '%s' in %s (%s); should this run and its watchdog "
+                        "both be killed, stop the server by hand", self.step, registry_dir(), exc.strerror or exc)
         return self.record
 
     def __exit__(self, *exc: object) -> None:
@@ -178,7 +182,10 @@ def write_record(record: LaunchRecord) -> None:
 
 
 def forget_record(launch_id: str) -> None:
-    _record_path(launch_id).unlink(missing_ok=True)
+    try:
+        _record_path(launch_id).unlink(missing_ok=True)
+    except OSError as exc:  # a record that stays is dropped by a later launch once its server has ended
+        log.debug("cannot remove launch record %s: %s", launch_id, exc)
 
 
 def read_records() -> list[LaunchRecord]:
@@ -197,24 +204,22 @@ def read_records() -> list[LaunchRecord]:
 
 
 def live_servers() -> list[LaunchRecord]:
-    """Servers evalsvc launched that are still alive, oldest first; records of ended ones are removed.
+    """Servers evalsvc launched that are still alive, oldest first. Only looks: changes nothing.
 
     `record.launcher_alive` tells a server in use by a running evalsvc from
     one left behind.
     """
-    live = []
-    for record in read_records():
-        if record.alive():
-            live.append(record)
-        else:
-            forget_record(record.launch_id)
-    return sorted(live, key=lambda r: r.started_at)
+    return sorted((r for r in read_records() if r.alive()), key=lambda r: r.started_at)
 
 
 def stop_left_servers(grace_s: float = 10.0) -> list[LaunchRecord]:
-    """Stop every live launched server whose launcher is gone; returns those it stopped."""
+    """Stop every live launched server whose launcher is gone, and forget the records of ended ones;
+    returns the servers it stopped."""
     stopped = []
-    for record in live_servers():
+    for record in read_records():
+        if not record.alive():
+            forget_record(record.launch_id)
+            continue
         if record.launcher_alive:
             continue
         log.warning("stopping the server of %s: an earlier evalsvc run (pid %d) launched it and left it running",

@@ -12,17 +12,22 @@ bookkeeping: by a tag the test puts in the launch environment.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
+import select
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import termios
 import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from evalsvc import servers
@@ -87,13 +92,21 @@ steps:
     def start_mid_step(self, stored_at_least: int = 4) -> subprocess.Popen[str]:
         """Start the runner and return once it has stored some items of the launched step."""
         proc = self.start()
+        self.wait_mid_step(proc, stored_at_least)
+        return proc
+
+    def wait_mid_step(self, proc: subprocess.Popen[str], stored_at_least: int = 4,
+                      terminal: int | None = None) -> None:
         deadline = time.monotonic() + 240
         while stored_count(self.db) < stored_at_least:
             if proc.poll() is not None:
-                pytest.fail(f"the runner exited early ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+                pytest.fail(f"the runner exited early ({proc.returncode}): "
+                            f"{proc.stderr.read()[-2000:] if proc.stderr else ''}")
             assert time.monotonic() < deadline, "the runner stored nothing in 240 s"
+            if terminal is not None:  # read what the runner writes, so it never blocks on a full terminal
+                while select.select([terminal], [], [], 0)[0]:
+                    os.read(terminal, 65536)
             time.sleep(0.05)
-        return proc
 
     def records(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in (self.home / "launched").glob("*.json")]
@@ -270,3 +283,61 @@ def test_sigterm_during_the_speed_probe_stops_the_server_and_the_probe_resumes(t
     assert (step["run_ids"], step["reused"], step["error"]) == ([run_id], ["gsm8k"], None)
     assert speed_workloads(setup.db) == ["chat", "math"]
     assert tagged_processes(setup.tag) == [] and setup.records() == []
+
+
+def test_records_of_ended_servers_are_only_looked_at_by_live_servers_and_dropped_by_the_next_launch(
+    home: Path
+) -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    ended.wait()
+    servers.write_record(servers.LaunchRecord(
+        launch_id=uuid.uuid4().hex, step="old", command=("srv",), ports=(1,), pgid=ended.pid, leader_starttime=1,
+        boot_id=servers.boot_id(), launcher_pid=ended.pid, launcher_starttime=1, started_at=time.time(),
+        log_path="/dev/null",
+    ))
+    assert servers.live_servers() == [] and len(servers.read_records()) == 1
+    assert servers.stop_left_servers() == [] and servers.read_records() == []
+
+
+def test_an_unwritable_registry_is_a_warning_and_the_launch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_folder = tmp_path / "home"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("EVALSVC_HOME", str(not_a_folder))
+    tag = uuid.uuid4().hex
+    with caplog.at_level(logging.WARNING, logger="evalsvc.servers"):
+        with launch_step(fake_step(tmp_path, free_port(), tag), tmp_path / "logs", poll_interval_s=0.1) as launched:
+            assert httpx.get(f"{launched.base_url}/models", trust_env=False).status_code == 200
+            assert len(tagged_processes(tag)) == 2
+    assert "cannot record the launch of step 'served'" in caplog.text
+    assert tagged_processes(tag) == []
+
+
+def take_terminal() -> None:
+    """In the child: the new session's controlling terminal is its stdin (a pty slave)."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.mark.slow
+def test_closing_the_terminal_stops_the_server_and_the_same_command_resumes(tmp_path: Path) -> None:
+    """The SSH session closes: the kernel hangs up the runner's terminal (SIGHUP) while its progress bar
+    writes to it."""
+    setup = LadderSetup(tmp_path)
+    terminal, runner_side = os.openpty()
+    with_progress = [arg for arg in setup.args if arg != "--no-progress"]
+    proc = subprocess.Popen(with_progress, env=setup.env, cwd=ROOT, stdin=runner_side, stdout=runner_side,
+                            stderr=runner_side, start_new_session=True, preexec_fn=take_terminal)
+    os.close(runner_side)
+    try:
+        setup.wait_mid_step(proc, terminal=terminal)
+    finally:
+        os.close(terminal)  # the terminal goes away: the kernel sends SIGHUP to its session
+    (record,) = setup.records()
+    left, waited = wait_until_gone(lambda: tagged_processes(setup.tag) + processes_naming(record["launch_id"]))
+    assert left == [], f"processes {left} still alive {waited:.1f} s after the hang-up"
+    assert proc.wait(timeout=60) == 129
+    runs, kept = setup.runs_and_items()
+    (run_id, status), = runs
+    assert status == "interrupted" and 4 <= len(kept) < N_ITEMS
+    check_resume_completes(setup, run_id, kept)
