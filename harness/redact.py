@@ -36,8 +36,12 @@ MIN_SECRET_LEN = 8
 
 # Name parts (split on _ and -, lower-cased) that mark a credential: api_key, hf_token, admin-password...
 _SECRET_PARTS = frozenset({
-    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "pass", "passphrase", "authorization",
-    "auth", "credential", "credentials", "cookie", "signature", "sig", "sas",
+    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase", "authorization", "auth",
+    "credential", "credentials", "cookie", "signature",
+})
+# A last part that makes the name about a secret, not the secret: SSL_KEY_FILE, ACCESS_KEY_ID, AUTH_MODE.
+_NOT_SECRET_LAST = frozenset({
+    "file", "filename", "path", "dir", "id", "name", "type", "mode", "url", "header", "len", "length", "size", "count",
 })
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 _HOST_PORT = re.compile(r"[^:/@]*:\d+/")
@@ -54,9 +58,10 @@ _known_lock = threading.Lock()
 def is_secret_name(name: str) -> bool:
     """True for names such as api_key, hf_token, PGPASSWORD, Authorization, X-Api-Key."""
     lowered = name.lower()
-    if lowered.endswith(("password", "passwd", "apikey", "secret")):
-        return True
-    return any(part in _SECRET_PARTS for part in re.split(r"[_\-.\s]+", lowered))
+    parts = [part for part in re.split(r"[_\-.\s]+", lowered) if part]
+    if not parts or parts[-1] in _NOT_SECRET_LAST:
+        return False
+    return lowered.endswith(("password", "passwd", "apikey", "secret")) or any(part in _SECRET_PARTS for part in parts)
 
 
 def register_secret(value: str | None) -> None:

@@ -73,7 +73,9 @@ def test_scrub_masks_credential_keys_and_strings_but_keeps_the_rest() -> None:
 
 @pytest.mark.parametrize(("name", "secret"), [
     ("api_key", True), ("X-Api-Key", True), ("PGPASSWORD", True), ("Authorization", True), ("apiKey", True),
-    ("hf_token", True), ("max_total_tokens", False), ("tokenizer_path", False), ("model_path", False),
+    ("hf_token", True), ("ssl_keyfile_password", True), ("max_total_tokens", False), ("tokenizer_path", False),
+    ("model_path", False), ("SSL_KEY_FILE", False), ("AWS_ACCESS_KEY_ID", False), ("PASS_K", False),
+    ("ssl_keyfile", False), ("AUTH_MODE", False),
 ])
 def test_secret_names(name: str, secret: bool) -> None:
     assert is_secret_name(name) is secret
