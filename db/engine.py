@@ -33,6 +33,10 @@ class StoreError(MaskedError):
     """The store cannot be opened or migrated."""
 
 
+class NoStore(StoreError):
+    """There is no evalsvc store at the URL yet (and the caller asked not to make one)."""
+
+
 def default_db_url() -> str:
     """$EVALSVC_DB, else an SQLite file in the user's data folder."""
     if os.environ.get(DB_ENV):
@@ -169,7 +173,7 @@ def _check_sqlite_file(url: str, create: bool) -> bool:
     if path.exists():
         return _check_tables(url, _sqlite_tables(path), create)
     if not create:
-        raise StoreError(f"no evalsvc store at {path}; {_default_note()}; `evalsvc run` creates a store")
+        raise NoStore(f"no evalsvc store at {path}; {_default_note()}; `evalsvc run` creates a store")
     default = Path(_sqlite_parts(default_db_url())[0]) if default_db_url().startswith("sqlite") else None
     if path == default:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +201,7 @@ def _check_tables(url: str, tables: set[str], create: bool) -> bool:
     """Whether the database is empty (a new store); StoreError when it holds anything but an evalsvc store."""
     if not tables:
         if not create:
-            raise StoreError(f"no evalsvc store in {store_location(url)} (the database is empty); {_default_note()}; "
+            raise NoStore(f"no evalsvc store in {store_location(url)} (the database is empty); {_default_note()}; "
                              "`evalsvc run` creates a store")
         return True
     if "alembic_version" not in tables or not tables & _STORE_TABLES:
@@ -273,6 +277,40 @@ def _at_head(bind: Engine | Connection, cfg: "Config") -> bool:
         with bind.connect() as conn:
             return set(MigrationContext.configure(conn).get_current_heads()) == heads
     return set(MigrationContext.configure(bind).get_current_heads()) == heads
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """A store's applied Alembic revisions against this code's heads."""
+
+    location: str
+    current: tuple[str, ...]
+    heads: tuple[str, ...]
+    unknown: tuple[str, ...]  # applied revisions this code has no migration for: a newer evalsvc wrote them
+
+    @property
+    def up_to_date(self) -> bool:
+        return set(self.current) == set(self.heads)
+
+
+def schema_state(db: str | None = None) -> SchemaState:
+    """The schema revision of the existing store at `db`, read without making or migrating anything.
+
+    Raises NoStore when there is no store there, StoreError when it cannot be read or is not an evalsvc store.
+    """
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    store = open_store(db, migrate=False, create=False)
+    try:
+        with _store_errors(store.url), store.engine.connect() as conn:
+            current = tuple(sorted(MigrationContext.configure(conn).get_current_heads()))
+    finally:
+        store.dispose()
+    script = ScriptDirectory.from_config(_alembic_config())
+    known = {rev.revision for rev in script.walk_revisions()}
+    return SchemaState(location=store_location(store.url), current=current,
+                       heads=tuple(sorted(script.get_heads())), unknown=tuple(r for r in current if r not in known))
 
 
 def _lock_for_migration(conn: Connection) -> None:

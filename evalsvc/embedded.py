@@ -200,6 +200,42 @@ def step_times(home: Path) -> StepTimes:
     return StepTimes(home / "step-times.json")
 
 
+@dataclass(frozen=True)
+class EngineState:
+    """What `ensure_engine` would still have to do here; `missing` is empty when the engine is ready."""
+
+    home: Path
+    missing: tuple[str, ...]
+    wheel_cached: bool
+
+    @property
+    def ready(self) -> bool:
+        return not self.missing
+
+
+def engine_state(home: Path | None = None) -> EngineState:
+    """Inspect the embedded engine under `home` without building, installing or quantizing anything."""
+    home = (home or evalsvc_home()).resolve()
+    wheel_cached = any((home / "wheels").glob(f"llama_cpp_python-{LLAMA_CPP_VERSION}-*.whl"))
+    python = home / "engine-venv" / "bin" / "python"
+    if not python.exists():
+        return EngineState(home, ("the engine venv", f"llama-cpp-python {LLAMA_CPP_VERSION}", SMOLLM2_PACKAGE,
+                                  f"the {DEEP_QUANT.label} GGUF"), wheel_cached)
+    state = _probe(python, home)
+    missing = []
+    if state["llama_cpp"] != LLAMA_CPP_VERSION or not state["server"]:
+        missing.append(f"llama-cpp-python {LLAMA_CPP_VERSION} with its server")
+    ggufs = [Path(p) for p in state["ggufs"] if Path(p).is_file()]
+    if not ggufs:
+        missing.append(SMOLLM2_PACKAGE)
+    if not ggufs or not _deep_path(home, ggufs[0]).is_file():
+        missing.append(f"the {DEEP_QUANT.label} GGUF")
+    module = Path(state["purelib"]) / f"{SERVER_MODULE}.py"
+    if not module.is_file() or module.read_text(encoding="utf-8") != SERVER_MODULE_SOURCE:
+        missing.append(f"the {SERVER_MODULE} module")
+    return EngineState(home, tuple(missing), wheel_cached)
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path, home: Path) -> Iterator[None]:
     with open(path, "a") as handle:

@@ -28,7 +28,8 @@ _ERROR_SOURCES = {
     "harness.sandbox": ("SandboxError",),
 }
 # Command modules: each defines click commands registered on the group below.
-_COMMAND_MODULES = ("evalsvc.cli.runs", "evalsvc.cli.reports", "evalsvc.cli.ladder", "evalsvc.cli.dashboard")
+_COMMAND_MODULES = ("evalsvc.cli.runs", "evalsvc.cli.reports", "evalsvc.cli.ladder", "evalsvc.cli.dashboard",
+                    "evalsvc.cli.doctor")
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
