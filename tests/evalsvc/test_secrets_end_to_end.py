@@ -3,8 +3,9 @@
 A PostgreSQL role with a random password owns a database made for this test;
 an API key is random too, and the fake OpenAI servers refuse every request
 without it (so the runs really use it). `run`, `ladder run` (one step already
-up, one launched), `report`, `dashboard` (every page read in Chromium) and a
-job started from its Evaluate page all run as real processes. Then both
+up, one launched), `report`, `show`, `runs`, `speed` (debug logging on),
+`dashboard` (every page read in Chromium) and a job started from its Evaluate
+page all run as real processes. Then both
 secrets are searched for in: every command's stdout and stderr, every file
 under the test's folder (job files and logs, step logs, the dashboard's log),
 the text and HTML of every page, the command line of every process seen while
@@ -286,6 +287,10 @@ def test_no_secret_on_a_page_in_a_log_in_a_process_list_or_in_the_store(
                                          str(LIMIT), "--data", GSM8K_TEST, "--speed", "2", "--no-progress"))
             record("report", evalsvc(secret_env, "report", "--endpoints", "bf16,int4"))
             record("report --json", evalsvc(secret_env, "report", "--endpoints", "bf16,int4", "--json"))
+            shown = record("show", evalsvc(secret_env, "show", "bf16", "--json"))
+            assert json.loads(shown)["base_url"] == up.base_url
+            record("runs", evalsvc(secret_env, "runs", "--json"))
+            record("speed -vv", evalsvc(secret_env, "-vv", "speed", "--endpoint", "bf16", "--n", "2"))
 
             typed = dashboard_argv(store_url, free_port())
             dashboard, base = start_dashboard(env, typed, tmp_path / "dashboard.log")
