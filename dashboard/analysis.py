@@ -9,15 +9,16 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import pandas as pd
 from scipy import stats as sps
 
 from evalsvc import stats
-from evalsvc.reports import TASK_WORKLOAD as TASK_WORKLOADS
-from evalsvc.reports import WORKLOADS
+from evalsvc.decision import build
+from evalsvc.decision.build import TASK_WORKLOAD as TASK_WORKLOADS
+from evalsvc.decision.build import WORKLOADS
+from evalsvc.decision.workload import WorkloadDecision
 
 CONFIDENCE = 0.95
 
@@ -36,26 +37,7 @@ class RunKey(NamedTuple):
     status: str
 
 
-@dataclass(frozen=True)
-class StepDecision:
-    """Take step B after step A on one workload, or stop at A; with the figures behind it."""
-
-    workload: str
-    task: str
-    step_a: str
-    step_b: str
-    verdict: str
-    take_b: bool | None
-    reason: str
-    token_ratio: float | None
-    speed_ratio: float | None
-    time_ratio: float | None
-    time_ci: tuple[float, float] | None
-
-
-def workload_of(task: str) -> str:
-    """The speed workload (math, code, chat) a task's outputs are timed with."""
-    return TASK_WORKLOADS.get(task, "chat")
+workload_of = build.workload_of
 
 
 def run_key(row: Mapping[str, Any]) -> RunKey:
@@ -120,7 +102,7 @@ def step_row(step: str, summary: Mapping[str, Any], items: pd.DataFrame) -> dict
     }
 
 
-def ship_step(steps: Sequence[str], decisions: Sequence[StepDecision]) -> tuple[str, StepDecision | None]:
+def ship_step(steps: Sequence[str], decisions: Sequence[WorkloadDecision]) -> tuple[str, WorkloadDecision | None]:
     """Walk down the ladder while each next step is taken; the step reached and the first stop."""
     by_pair = {(d.step_a, d.step_b): d for d in decisions}
     current = steps[0]

@@ -11,22 +11,23 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis
-from dashboard.analysis import RunKey, StepDecision
 from sqlalchemy.orm import Session
 
+from dashboard import analysis
+from dashboard.analysis import RunKey
 from db import queries
 from db.engine import DB_ENV, Store, open_store, to_url
 from db.models import Endpoint
-from evalsvc import compare, reports, stats, timing
+from db.speed import speed_run_ids
+from evalsvc import compare, stats, timing
+from evalsvc.decision import build
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, compare.StepRun
     with get_store(url).session() as session:
         frames = queries.items_frames(session, ids, LADDER_ITEM_COLUMNS)
         runs = queries.get_runs(session, ids)
-        return {run_id: compare.StepRun(reports.run_info(runs[run_id]), frame)
+        return {run_id: compare.StepRun(build.run_info(runs[run_id]), frame)
                 for run_id, frame in frames.items() if run_id in runs}
 
 
@@ -143,7 +144,7 @@ def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str,
 
 
 def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | None:
-    speed = reports.endpoint_speed(session, endpoint, workload)
+    speed = build.endpoint_speed(session, endpoint, workload)
     if isinstance(speed, str):
         log.info("no usable %s speed for %s: %s", workload, endpoint.name, speed)
         return None
@@ -194,22 +195,61 @@ def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[st
         return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
     except stats.PairingError as exc:
         return PairResult(None, pd.DataFrame(), str(exc))
-    return PairResult(compare.summarize_pairing(paired), paired.items, None, paired.differences)
+    # The pair's own verdict, with the margin the ladder uses for the task (the default margins).
+    margin = build.DEFAULT_MARGINS.of(info_a.task)
+    return PairResult(compare.summarize_pairing(paired, margin), paired.items, None, paired.differences)
 
 
-# --- the ladder -----------------------------------------------------------------------
+# --- the ladder: every verdict and decision from evalsvc.decision ------------------------
 
 
-def step_runs(runs: pd.DataFrame, steps: Sequence[str]) -> dict[str, dict[str, RunKey]]:
-    """For each task, the latest complete run of every step that has one: task -> step -> key."""
-    latest = analysis.latest_runs(runs)
+def _ladder_runs_key(runs: pd.DataFrame, steps: Sequence[str]) -> tuple[RunKey, ...]:
+    """The keys of every run of the steps: a finished, new or re-run run changes the ladder."""
+    keys = run_keys(runs[runs["endpoint"].isin(list(steps))])
+    return tuple(sorted(keys.values()))
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def _speed_key(url: str, steps: tuple[str, ...]) -> tuple[int, ...]:
+    """The ids of the steps' speed runs: a new speed measurement changes the decisions."""
+    with get_store(url).session() as session:
+        return speed_run_ids(session, steps)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _ladder(url: str, steps: tuple[str, ...], run_keys_: tuple[RunKey, ...], speeds: tuple[int, ...],
+            force: bool) -> build.LadderDecision | str:
+    """The ladder's runs, comparisons, lengths and decisions, as the CLI's `report` makes them; or why not.
+
+    Shared, not copied, like `load_items`.
+    """
+    try:
+        return build.build_ladder(get_store(url), steps, force=force)
+    except (stats.PairingError, queries.NotFound, ValueError) as exc:
+        return str(exc)
+
+
+def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = False) -> build.LadderDecision | str:
+    """Every figure of the ladder `steps`, from `evalsvc.decision.build`; or why there is none."""
+    if len(steps) < 2:
+        return "pick at least two steps to compare"
+    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), _speed_key(url, tuple(steps)), force)
+
+
+def step_runs(runs: pd.DataFrame, steps: Sequence[str], url: str | None = None) -> dict[str, dict[str, RunKey]]:
+    """For each task, the run the ladder uses for every step that has one: task -> step -> key."""
     keys = run_keys(runs)
-    found: dict[str, dict[str, RunKey]] = {}
+    found = ladder(url or db_url(), runs, steps) if len(steps) >= 2 else None
+    if isinstance(found, build.LadderDecision):
+        chosen = {(task, step): r.info.run_id for (task, step), r in found.picked.chosen.items()}
+    else:  # one step, or no ladder: its latest complete run per task
+        chosen = {(task, step): run_id for (step, task), run_id in analysis.latest_runs(runs).items() if step in steps}
+    per_task: dict[str, dict[str, RunKey]] = {}
     for task in analysis.tasks_in(runs):
-        per_step = {step: keys[latest[(step, task)]] for step in steps if (step, task) in latest}
+        per_step = {step: keys[chosen[(task, step)]] for step in steps if (task, step) in chosen}
         if per_step:
-            found[task] = per_step
-    return found
+            per_task[task] = per_step
+    return per_task
 
 
 def ladder_keys(per_task: dict[str, dict[str, RunKey]]) -> tuple[RunKey, ...]:
@@ -217,118 +257,20 @@ def ladder_keys(per_task: dict[str, dict[str, RunKey]]) -> tuple[RunKey, ...]:
     return tuple(key for per_step in per_task.values() for key in per_step.values())
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def ladder_report(url: str, steps: tuple[str, ...], keys: tuple[tuple[str, str, RunKey], ...]) -> compare.LadderReport | str:
-    """Every step against the previous one and the baseline, Holm-adjusted; or why not."""
-    by_step: dict[str, list[compare.StepRun]] = {step: [] for step in steps}
-    loaded = load_ladder(url, tuple(key for _, _, key in keys))
-    for step, _task, key in keys:
-        if key.run_id in loaded:
-            by_step[step].append(loaded[key.run_id])
-    ladder = [compare.LadderStep(step, tuple(by_step[step])) for step in steps]
-    try:
-        return compare.build_ladder_report(ladder)
-    except (stats.PairingError, ValueError) as exc:
-        return str(exc)
-
-
-def report_for(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> compare.LadderReport | str:
-    """The ladder report of `steps` on their latest complete runs."""
-    per_task = step_runs(runs, steps)
-    keys = tuple((step, task, key) for task, per_step in per_task.items() for step, key in per_step.items())
-    if len(steps) < 2 or not keys:
-        return "pick at least two steps with complete runs to compare"
-    return ladder_report(url, tuple(steps), keys)
-
-
-@st.cache_data(show_spinner=False, max_entries=1024)
-def length_and_time(
+@st.cache_data(show_spinner=False, max_entries=256)
+def pair_length_and_time(
     url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
 ) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
-    """Output-length change of B over A on paired items, and the task-time change when both speeds are known."""
+    """Output-length change of any two runs, and the task-time change when both speeds are known,
+    computed as the ladder computes them (`build.length_row`, `build.time_change`)."""
     run_a, run_b = (compare.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
-
-    def inflation(paired: stats.Paired, tokens_a: np.ndarray, tokens_b: np.ndarray) -> timing.LengthInflation:
-        return timing.measure_length_inflation(tokens_a, tokens_b, *paired.correct(), *paired.values("finish_reason"))
-
-    return _tokens_and_time(run_a, run_b, speed_a, speed_b, inflation)
-
-
-Length = TypeVar("Length")
-
-
-def _tokens_and_time(
-    run_a: compare.StepRun, run_b: compare.StepRun, speed_a: timing.EndpointSpeed | None,
-    speed_b: timing.EndpointSpeed | None, measure: Callable[[stats.Paired, np.ndarray, np.ndarray], Length],
-) -> tuple[Length | None, timing.TaskTimeChange | None, str | None]:
-    """Pair the runs, `measure` their output tokens, and compare task time when both speeds are known;
-    or say why not."""
-    try:
-        paired = stats.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
-                                 arrays=(run_a.arrays, run_b.arrays))
-    except stats.PairingError as exc:
-        return None, None, str(exc)
-    tokens_a, tokens_b = paired.values("completion_tokens")
-    try:
-        length = measure(paired, tokens_a, tokens_b)
-    except timing.TimingInputError as exc:
-        return None, None, str(exc)
+    row = build.length_row(run_a.info.task, run_a.info.endpoint, run_b.info.endpoint, run_a, run_b)
+    if isinstance(row, str):
+        return None, None, row
     if speed_a is None or speed_b is None:
-        return length, None, None
-    try:
-        return length, timing.compare_task_time(tokens_a, tokens_b, speed_a, speed_b), None
-    except timing.TimingInputError as exc:
-        return length, None, str(exc)
-
-
-# One step-to-step decision to make: task, step A, step B, accuracy verdict, the two runs, the two speeds.
-DecisionInput = tuple[str, str, str, str, RunKey, RunKey, "timing.EndpointSpeed | None", "timing.EndpointSpeed | None"]
-
-
-def step_decisions(
-    url: str, runs: pd.DataFrame, steps: Sequence[str], report: compare.LadderReport
-) -> list[StepDecision]:
-    """Step N+1 against step N on every workload with an accuracy task: take it or stop."""
-    speeds = endpoint_speeds(url, tuple(steps))
-    per_task = step_runs(runs, steps)
-    entries = {(e.comparison.task, e.step_a, e.step_b): e for e in report.entries if e.kind == "previous"}
-    todo: list[DecisionInput] = []
-    for task, per_step in per_task.items():
-        workload = analysis.workload_of(task)
-        for a, b in zip(steps, steps[1:]):
-            entry = entries.get((task, a, b))
-            if entry is None or a not in per_step or b not in per_step:
-                continue
-            todo.append((task, a, b, compare.verdict_label(entry.comparison), per_step[a], per_step[b],
-                         speeds.get(a, {}).get(workload), speeds.get(b, {}).get(workload)))
-    return _decisions(url, ladder_keys(per_task), tuple(todo))
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _decisions(url: str, ladder_keys: tuple[RunKey, ...], todo: tuple[DecisionInput, ...]) -> list[StepDecision]:
-    """Every decision of a ladder in one cache entry, on the runs the ladder report read."""
-    loaded = load_ladder(url, ladder_keys)
-    return [_decide(task, a, b, verdict, loaded[key_a.run_id], loaded[key_b.run_id], speed_a, speed_b)
-            for task, a, b, verdict, key_a, key_b, speed_a, speed_b in todo]
-
-
-def _decide(
-    task: str, step_a: str, step_b: str, verdict: str, run_a: compare.StepRun, run_b: compare.StepRun,
-    speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
-) -> StepDecision:
-    workload = analysis.workload_of(task)
-    tokens, time, problem = _tokens_and_time(
-        run_a, run_b, speed_a, speed_b, lambda paired, a, b: timing.token_ratios(a, b, *paired.correct()))
-    base = dict(workload=workload, task=task, step_a=step_a, step_b=step_b, verdict=verdict)
-    token_ratio = tokens.all_items if tokens else None
-    if tokens is None or time is None:
-        missing = [s for s, speed in ((step_a, speed_a), (step_b, speed_b)) if speed is None]
-        why = problem or f"no {workload} speed stored for {', '.join(missing)}; run `evalsvc speed`"
-        return StepDecision(**base, take_b=None, reason=f"accuracy {verdict}; {why}", token_ratio=token_ratio,
-                            speed_ratio=None, time_ratio=None, time_ci=None)
-    decision = timing.decide(workload, verdict, tokens, time)
-    return StepDecision(**base, take_b=decision.take_b, reason=decision.reason, token_ratio=token_ratio,
-                        speed_ratio=time.speed_ratio, time_ratio=time.ratio, time_ci=time.ci)
+        return row.inflation, None, None
+    time = build.time_change(row.tokens, (speed_a, speed_b))
+    return (row.inflation, None, time) if isinstance(time, str) else (row.inflation, time, None)
 
 
 # --- noise floor -------------------------------------------------------------------------

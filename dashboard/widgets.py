@@ -105,7 +105,7 @@ def pick(label: str, options: Sequence[str], name: str, default: str | None = No
 
 def pair_picker(runs: pd.DataFrame, steps: Sequence[str]) -> Pair | None:
     """Task, step A and step B; defaults to the first two steps of the ladder."""
-    per_task = data.step_runs(runs, steps)
+    per_task = data.step_runs(runs, steps, data.db_url())
     if not per_task:
         st.warning("No step of the ladder has a complete run yet.")
         return None

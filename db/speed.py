@@ -6,6 +6,7 @@ with its provenance), one `SpeedSampleRow` per streamed request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Optional
 
@@ -82,6 +83,13 @@ def latest_speed_run(session: Session, endpoint_id: int, workload: str) -> Speed
     query = (select(SpeedRun).where(SpeedRun.endpoint_id == endpoint_id, SpeedRun.workload == workload)
              .order_by(SpeedRun.id.desc()))
     return session.scalars(query).first()
+
+
+def speed_run_ids(session: Session, endpoints: Sequence[str]) -> tuple[int, ...]:
+    """Ids of every speed run of the named endpoints, ascending: what a cache of decisions keys on."""
+    query = (select(SpeedRun.id).join(Endpoint, Endpoint.id == SpeedRun.endpoint_id)
+             .where(Endpoint.name.in_(list(endpoints))).order_by(SpeedRun.id))
+    return tuple(session.scalars(query))
 
 
 def speed_samples(session: Session, speed_run_id: int) -> list[tuple[str, SpeedSample]]:

@@ -8,19 +8,20 @@ also says in words what a reader may and may not conclude.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import pandas as pd
 
 from evalsvc import stats
-from evalsvc.stats import CochranQ, DropCounts, RunInfo, Table2x2, Verdict
+from evalsvc.decision import rule
+from evalsvc.decision.rule import DEFAULT_MARGIN, POWER, Verdict
+from evalsvc.stats import CochranQ, DropCounts, RunInfo, Table2x2
 
-DEFAULT_MARGIN = 0.02
-DEFAULT_ALPHA = 0.05
-POWER = 0.8
+DEFAULT_ALPHA = 1 - rule.CONFIDENCE  # Cochran's Q and the MDE; verdicts read the 95% interval
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,10 @@ class Comparison:
     diff_ci_low: float
     diff_ci_high: float
     verdict: Verdict
-    mde: float
+    mde: float | None  # None: these items detect no difference (see `rule.detectable`)
     margin: float
     dropped: DropCounts
+    settle: rule.Settle | None = None  # set when the verdict is inconclusive
     forced: bool = False
     differences: tuple[str, ...] = ()
     noise_floor: bool | None = None
@@ -72,6 +74,9 @@ class Comparison:
             "verdict": self.verdict.value, "margin": self.margin, "mde": self.mde,
             "dropped": self.dropped.to_dict(), "forced": self.forced, "differences": list(self.differences),
             "noise_floor": self.noise_floor, "flip_rate": self.flip_rate,
+            "settle": None if self.settle is None else {
+                "smallest_margin": self.settle.smallest_margin, "best_margin": self.settle.best_margin,
+                "items_needed": self.settle.items_needed, "items_available": self.settle.items_available},
         }
 
 
@@ -82,7 +87,6 @@ def compare_runs(
     b_info: RunInfo,
     *,
     margin: float = DEFAULT_MARGIN,
-    alpha: float = DEFAULT_ALPHA,
     force: bool = False,
     flip_rate: float | None = None,
     arrays: tuple[stats.RunArrays, stats.RunArrays] | None = None,
@@ -94,20 +98,20 @@ def compare_runs(
     `stats.pair_runs`. Raises `stats.PairingError`.
     """
     paired = stats.pair_runs(a_items, b_items, a_info, b_info, force, arrays)
-    return summarize_pairing(paired, margin, alpha, flip_rate)
+    return summarize_pairing(paired, margin, flip_rate)
 
 
 def summarize_pairing(
-    paired: stats.Paired, margin: float = DEFAULT_MARGIN, alpha: float = DEFAULT_ALPHA, flip_rate: float | None = None
+    paired: stats.Paired, margin: float = DEFAULT_MARGIN, flip_rate: float | None = None
 ) -> Comparison:
-    """Turn a pairing into a `Comparison`.
+    """Turn a pairing into a `Comparison`: the verdict by `rule.verdict_of` on the one interval.
 
-    The MDE uses the observed discordant rate as the planning value; with no
-    discordant pair it uses one pair in n, the smallest rate the sample shows.
+    The MDE uses the observed discordant rate as the planning value (`rule.detectable`).
     """
     table = stats.paired_table(paired)
     tests = stats.mcnemar(table)
-    interval = stats.paired_diff_ci(table)
+    interval = rule.interval(table)
+    verdict = rule.verdict_of(interval.low, interval.high, margin)
     noise = None
     if flip_rate is not None:
         noise = stats.within_noise_floor(table.discordant, table.n, flip_rate)
@@ -116,8 +120,8 @@ def summarize_pairing(
         run_a=paired.a_info.run_id, run_b=paired.b_info.run_id, table=table,
         p_exact=tests.p_exact, p_midp=tests.p_midp, p_chi2=tests.p_chi2,
         diff=interval.diff, diff_ci_low=interval.low, diff_ci_high=interval.high,
-        verdict=stats.decide_verdict(tests.p_exact, interval.diff, interval.low, margin, alpha),
-        mde=stats.mde(table.n, max(table.discordant, 1) / table.n, alpha, POWER), margin=margin,
+        verdict=verdict, mde=rule.detectable(table).mde, margin=margin,
+        settle=rule.settle(table, margin, paired.a_info.task) if verdict is Verdict.INCONCLUSIVE else None,
         dropped=paired.dropped, forced=paired.forced, differences=paired.differences,
         noise_floor=noise, flip_rate=flip_rate,
     )
@@ -146,16 +150,18 @@ def _ci_words(c: Comparison) -> str:
 def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
     """What a reader may and may not conclude from one comparison.
 
-    Pass `p_holm` when the verdict was decided on a Holm-adjusted p, so the
-    sentence cites the p the verdict rests on.
+    The verdict is read from the interval alone (`rule.RULE_TEXT`); the exact
+    McNemar p, and the Holm-adjusted p when given, are shown beside it.
     """
     head = f"{c.task}, {c.endpoint_b} vs {c.endpoint_a}: "
-    if p_holm is None:
-        p_text = _p_words("exact McNemar p", c.p_exact)
-    else:
-        p_text = _p_words("Holm-adjusted p", p_holm)
+    p_text = _p_words("exact McNemar p", c.p_exact)
+    if p_holm is not None:
+        p_text += f", {_p_words('Holm-adjusted p', p_holm)} (information only)"
     sentences = [_verdict_sentence(c, p_text)]
-    if c.noise_floor:
+    if c.settle is not None:
+        sentences.append(describe_settle(c.task, c.settle))
+    sentences.append(_mde_sentence(c))
+    if c.noise_floor is not None:
         sentences.append(_noise_sentence(c))
     if c.forced:
         sentences.append(f"Pairing was forced although the runs differ in {'; '.join(c.differences)}.")
@@ -165,37 +171,60 @@ def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
 
 
 def _noise_sentence(c: Comparison) -> str:
-    within = (
-        f"The {c.table.discordant} disagreements are no more than two runs of the same endpoint produce "
-        f"(flip rate {_points(c.flip_rate or 0.0, signed=False)}%)"
-    )
-    if c.verdict in (Verdict.WORSE, Verdict.BETTER):
-        # Noise flips split evenly between the sides; McNemar tests exactly that lopsidedness.
-        return f"{within}, but their one-sided split is what the test measures, so the verdict stands."
-    return f"{within}: item-level differences between these runs look like run-to-run noise."
+    rate = f"flip rate {_points(c.flip_rate or 0.0, signed=False)}% between repeat runs of this task"
+    if not c.noise_floor:
+        return f"The {c.table.discordant} disagreements are more than run-to-run noise makes ({rate})."
+    within = f"The {c.table.discordant} disagreements are no more than run-to-run noise makes ({rate})"
+    if c.verdict in (Verdict.WORSE, Verdict.WORSE_WITHIN, Verdict.BETTER):
+        # Noise flips split evenly between the sides; the interval measures exactly that lopsidedness.
+        return f"{within}, but their one-sided split is what the interval measures, so the verdict stands."
+    return f"{within}."
+
+
+_VERDICT_WORDS = {
+    Verdict.BETTER: "B is better than A",
+    Verdict.SAME: "No change beyond the margin of {m} points",
+    Verdict.NO_WORSE: "B is no worse than A by more than {m} points (it may be better by more)",
+    Verdict.WORSE_WITHIN: "B is worse than A, but by less than the margin of {m} points",
+    Verdict.WORSE: "B is worse than A, and may be worse by the margin of {m} points or more",
+    Verdict.INCONCLUSIVE: "Inconclusive: the interval reaches from a drop of {m} points or more to no drop at all",
+}
 
 
 def _verdict_sentence(c: Comparison, p_text: str) -> str:
-    margin = _points(c.margin, signed=False)
-    change = f"{_points(c.diff)} points ({_ci_words(c)}; {p_text})"
-    if c.verdict is Verdict.WORSE:
-        return f"B is worse than A: accuracy changed by {change}."
-    if c.verdict is Verdict.BETTER:
-        return f"B is better than A: accuracy changed by {change}."
-    if c.verdict is Verdict.NO_WORSE:
-        return f"B is no worse than A by more than {margin} points ({_ci_words(c)}; {p_text})."
-    items = f"{c.n_paired} item{'' if c.n_paired == 1 else 's'}"
-    if c.mde >= 1:
-        reach = f"with {items} no difference at all would be detected with {POWER:.0%} power"
+    words = _VERDICT_WORDS[c.verdict].format(m=_points(c.margin, signed=False))
+    return f"{words}: accuracy changed by {_points(c.diff)} points ({_ci_words(c)}; {p_text})."
+
+
+def describe_settle(task: str, s: rule.Settle) -> str:
+    """What would settle an inconclusive verdict, in words."""
+    items = f"{s.n} item{'' if s.n == 1 else 's'}"
+    head = f"What would settle it: these {items} establish a margin of {_points(s.smallest_margin, signed=False)} points"
+    if s.more_items_possible and s.items_needed is not None and s.items_needed > s.n:
+        return f"{head}; about {s.items_needed} items at the observed rates would settle it at a {_points(s.margin, signed=False)}-point margin (--limit)."
+    if s.best_margin >= s.margin:
+        why = (f"{items} can never establish {_points(s.margin, signed=False)} points (even identical answers "
+               f"leave an interval down to -{_points(s.best_margin, signed=False)})")
+    elif s.items_needed is None:
+        why = "at the observed rates no number of items settles it"
     else:
-        reach = (
-            f"with {items} only a difference of {_points(c.mde, signed=False)} points or more "
-            f"would be detected with {POWER:.0%} power"
-        )
-    return (
-        f"Not significant ({p_text}), but this does not show the steps are the same: "
-        f"the {_ci_words(c)} still allows a drop of more than {margin} points, and {reach}."
-    )
+        why = f"it would take about {s.items_needed} items at the observed rates, more than {task}'s {s.items_available}"
+    suggestion = (math.floor(round(1000 * s.smallest_margin, 6)) + 1) / 10  # strictly past the interval's end
+    return f"{head}; {why}, so a margin of at least that size is needed (e.g. --margin {task}={suggestion:g})."
+
+
+def _mde_sentence(c: Comparison) -> str:
+    items = f"{c.n_paired} item{'' if c.n_paired == 1 else 's'}"
+    if c.mde is None:
+        why = "no item was answered differently" if c.table.discordant == 0 else (
+            f"the runs disagree on only {c.table.discordant}")
+        return f"With {items}, of which {why}, the test detects no difference with {POWER:.0%} power."
+    return (f"With {items} and this disagreement rate, a difference of {_points(c.mde, signed=False)} points "
+            f"or more would be detected with {POWER:.0%} power.")
+
+
+_FOOTNOTE = (f"B-A, CI and MDE in accuracy points; MDE at {POWER:.0%} power (none: these items detect no "
+             "difference). Verdicts read the 95% CI against the margin (the rule: `evalsvc compare --help`).")
 
 
 # --- tables ----------------------------------------------------------------------
@@ -211,7 +240,13 @@ def verdict_label(c: Comparison) -> str:
     """The verdict with the margin filled in."""
     if c.verdict is Verdict.NO_WORSE:
         return f"no worse than -{_points(c.margin, signed=False)} pts"
+    if c.verdict in (Verdict.SAME, Verdict.WORSE_WITHIN):
+        return f"{c.verdict.value} ({_points(c.margin, signed=False)} pts)"
     return c.verdict.value
+
+
+def _mde_cell(c: Comparison) -> str:
+    return "none" if c.mde is None else _points(c.mde, signed=False)
 
 
 def comparison_row(c: Comparison) -> list[str]:
@@ -221,7 +256,7 @@ def comparison_row(c: Comparison) -> list[str]:
         c.task, c.endpoint_a, c.endpoint_b, str(t.n), str(t.both_correct), str(t.a_only), str(t.b_only),
         str(t.neither), f"{_points(c.acc_a, signed=False)}%", f"{_points(c.acc_b, signed=False)}%",
         _points(c.diff), f"{_points(c.diff_ci_low)} to {_points(c.diff_ci_high)}",
-        format_p(c.p_exact), format_p(c.p_midp), _points(c.mde, signed=False), verdict_label(c),
+        format_p(c.p_exact), format_p(c.p_midp), _mde_cell(c), verdict_label(c),
     ]
 
 
@@ -251,14 +286,14 @@ def render_comparisons_text(comparisons: Sequence[Comparison]) -> str:
     """Terminal report: the table, then one paragraph per comparison."""
     table = render_text_table(COLUMNS, [comparison_row(c) for c in comparisons])
     notes = "\n".join(describe_comparison(c) for c in comparisons)
-    return f"{table}\n\nB-A, CI and MDE in accuracy points; MDE at {POWER:.0%} power.\n\n{notes}\n"
+    return f"{table}\n\n{_FOOTNOTE}\n\n{notes}\n"
 
 
 def render_comparisons_markdown(comparisons: Sequence[Comparison]) -> str:
     """Markdown report: the table, then one bullet per comparison."""
     table = render_markdown_table(COLUMNS, [comparison_row(c) for c in comparisons])
     notes = "\n".join(f"- {describe_comparison(c)}" for c in comparisons)
-    return f"{table}\n\nB-A, CI and MDE in accuracy points; MDE at {POWER:.0%} power.\n\n{notes}\n"
+    return f"{table}\n\n{_FOOTNOTE}\n\n{notes}\n"
 
 
 # --- ladders --------------------------------------------------------------------
@@ -292,8 +327,9 @@ class LadderStep:
 class LadderEntry:
     """One comparison in a ladder: step B against step A, previous or baseline.
 
-    `comparison.verdict` is decided with the Holm-adjusted p, so a ladder
-    does not call a change significant just because many were tested.
+    `comparison.verdict` follows `rule.RULE_TEXT` exactly as `compare A B`
+    gives it; `p_holm` adjusts all the ladder's exact p-values together and is
+    information only.
     """
 
     step_a: str
@@ -323,6 +359,10 @@ class LadderReport:
             "cochran_q": {task: _cochran_dict(q) for task, q in self.cochran.items()},
         }
 
+    def entry(self, task: str, step_a: str, step_b: str) -> LadderEntry | None:
+        return next((e for e in self.entries if (e.comparison.task, e.step_a, e.step_b) == (task, step_a, step_b)),
+                    None)
+
 
 def _cochran_dict(q: CochranQ) -> dict[str, Any]:
     return {"statistic": q.statistic, "df": q.df, "p_value": q.p_value, "n_items": q.n_items}
@@ -343,34 +383,30 @@ def build_ladder_report(
     steps: Sequence[LadderStep],
     *,
     baseline: str | None = None,
-    margin: float = DEFAULT_MARGIN,
-    alpha: float = DEFAULT_ALPHA,
+    margins: rule.Margins = rule.Margins(),
     force: bool = False,
-    flip_rates: Mapping[str, float] | None = None,
+    flip_rates: Mapping[tuple[str, str], float] | None = None,
 ) -> LadderReport:
     """Compare every step with the previous one and with the baseline (the
-    first step unless named), on every task both steps ran; Holm-adjust all
-    exact p-values together; Cochran's Q per task over the steps that ran it.
+    first step unless named), on every task both steps ran; Holm-adjusted
+    p-values beside the verdicts; Cochran's Q per task over the steps that ran it.
 
-    `flip_rates` maps step names to their repeat flip rate; a comparison uses
-    the mean of its two steps' known rates as the noise floor.
+    `flip_rates` maps (step, task) to the flip rate between repeat runs of that
+    step on that task; a comparison uses the mean of its two steps' known rates.
     """
     names = [step.name for step in steps]
     if len(set(names)) != len(names):
         raise ValueError(f"step names repeat: {names}")
     base = names.index(baseline) if baseline is not None else 0
-    raw = _ladder_comparisons(steps, base, margin, alpha, force, flip_rates or {})
+    raw = _ladder_comparisons(steps, base, margins, force, flip_rates or {})
     adjusted = stats.holm_adjust([comparison.p_exact for _, _, _, comparison in raw])
-    entries = tuple(
-        LadderEntry(a, b, kind, _with_holm_verdict(comparison, p, alpha), p)
-        for (a, b, kind, comparison), p in zip(raw, adjusted)
-    )
+    entries = tuple(LadderEntry(a, b, kind, comparison, p) for (a, b, kind, comparison), p in zip(raw, adjusted))
     return LadderReport(tuple(names), names[base], entries, _ladder_cochran(steps))
 
 
 def _ladder_comparisons(
-    steps: Sequence[LadderStep], base: int, margin: float, alpha: float, force: bool,
-    flip_rates: Mapping[str, float],
+    steps: Sequence[LadderStep], base: int, margins: rule.Margins, force: bool,
+    flip_rates: Mapping[tuple[str, str], float],
 ) -> list[tuple[str, str, str, Comparison]]:
     found = []
     for task in _tasks(steps):
@@ -378,11 +414,11 @@ def _ladder_comparisons(
             run_a, run_b = steps[i].run_for(task), steps[j].run_for(task)
             if run_a is None or run_b is None:
                 continue
-            known = [flip_rates[s.name] for s in (steps[i], steps[j]) if s.name in flip_rates]
+            known = [flip_rates[(s.name, task)] for s in (steps[i], steps[j]) if (s.name, task) in flip_rates]
             flip = sum(known) / len(known) if known else None
             comparison = compare_runs(
                 run_a.items, run_b.items, run_a.info, run_b.info,
-                margin=margin, alpha=alpha, force=force, flip_rate=flip, arrays=(run_a.arrays, run_b.arrays),
+                margin=margins.of(task), force=force, flip_rate=flip, arrays=(run_a.arrays, run_b.arrays),
             )
             found.append((steps[i].name, steps[j].name, kind, comparison))
     return found
@@ -394,11 +430,6 @@ def _tasks(steps: Sequence[LadderStep]) -> list[str]:
         for run in step.runs:
             seen.setdefault(run.info.task, None)
     return list(seen)
-
-
-def _with_holm_verdict(comparison: Comparison, p_holm: float, alpha: float) -> Comparison:
-    verdict = stats.decide_verdict(p_holm, comparison.diff, comparison.diff_ci_low, comparison.margin, alpha)
-    return replace(comparison, verdict=verdict)
 
 
 def _ladder_cochran(steps: Sequence[LadderStep]) -> dict[str, CochranQ]:
@@ -422,7 +453,7 @@ def ladder_row(entry: LadderEntry) -> list[str]:
     return [
         c.task, entry.step_a, entry.step_b, entry.kind, str(c.n_paired), str(c.table.a_only), str(c.table.b_only),
         _points(c.diff), f"{_points(c.diff_ci_low)} to {_points(c.diff_ci_high)}",
-        format_p(c.p_exact), format_p(entry.p_holm), _points(c.mde, signed=False), verdict_label(c),
+        format_p(c.p_exact), format_p(entry.p_holm), _mde_cell(c), verdict_label(c),
     ]
 
 
@@ -439,8 +470,10 @@ def _ladder_body(report: LadderReport, bullet: str) -> str:
     lines = [f"{bullet}{describe_cochran(task, q)}" for task, q in report.cochran.items()]
     lines += [f"{bullet}{describe_comparison(entry.comparison, entry.p_holm)}" for entry in report.entries]
     footer = (
-        f"Baseline: {report.baseline}. p Holm adjusts all {len(report.entries)} exact p-values together; "
-        "verdicts use it. B-A, CI and MDE in accuracy points."
+        f"Baseline: {report.baseline}. Verdicts are per pair, from each pair's 95% interval, and are not adjusted "
+        f"for multiplicity (the same verdict `evalsvc compare` gives). p Holm adjusts all {len(report.entries)} "
+        "exact p-values together, for family-wise claims such as 'some step changed accuracy'; like Cochran's Q "
+        f"it is information beside the verdicts. {_FOOTNOTE}"
     )
     return footer + "\n\n" + "\n".join(lines) + "\n"
 

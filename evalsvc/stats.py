@@ -27,7 +27,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from enum import Enum
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -176,15 +175,6 @@ class DiffInterval:
     low: float
     high: float
     confidence: float
-
-
-class Verdict(str, Enum):
-    """What a comparison supports. `NO_WORSE` means: no worse than -margin."""
-
-    WORSE = "worse"
-    BETTER = "better"
-    NO_WORSE = "no worse than -margin"
-    INCONCLUSIVE = "inconclusive at this sample size"
 
 
 @dataclass(frozen=True)
@@ -489,24 +479,7 @@ def _square_and_add(first: float, second: float, phi: float) -> float:
     return math.sqrt(max(0.0, first * first - 2 * phi * first * second + second * second))
 
 
-# --- verdict and detectable difference ---------------------------------------
-
-
-def decide_verdict(
-    p_exact: float, diff: float, ci_low: float, margin: float = 0.02, alpha: float = 0.05
-) -> Verdict:
-    """Separate "changed", "no worse than -margin" and "can't tell".
-
-    A significant change (exact McNemar p < alpha) wins; otherwise B is no
-    worse when the interval's lower bound lies above -margin.
-    """
-    if p_exact < alpha and diff < 0:
-        return Verdict.WORSE
-    if p_exact < alpha and diff > 0:
-        return Verdict.BETTER
-    if ci_low > -margin:
-        return Verdict.NO_WORSE
-    return Verdict.INCONCLUSIVE
+# --- detectable difference ---------------------------------------
 
 
 def mde(n: int, discordant_rate: float, alpha: float = 0.05, power: float = 0.8) -> float:

@@ -1,4 +1,4 @@
-"""Output length, task time and the stop-at-step-N decision. Pure: no I/O.
+"""Output length and task time of step B against step A. Pure: no I/O.
 
 A faster step can still finish tasks later if it writes more tokens. This
 module puts the two together for a pair of endpoints A (the current step) and
@@ -8,7 +8,7 @@ B (the candidate next step) on one workload:
    items from the accuracy runs, on all items and on the both-correct subset.
 2. `compare_task_time`: the B/A ratio of mean task time under `TASK_TIME_MODEL`,
    with an interval that carries both token and speed uncertainty.
-3. `decide`: take B only when its accuracy is no worse and tasks finish sooner.
+The decision built on these figures lives in `evalsvc.decision`.
 
 Intervals are percentile bootstraps with a fixed seed, so a report is
 reproducible. Items are resampled jointly (the pairing is kept); each
@@ -44,10 +44,6 @@ _MAX_BOOT_CELLS = 2_000_000  # resampled values held in memory at once
 
 class TimingInputError(ValueError):
     """Inputs to a length or time comparison are unusable (misaligned, too few, empty)."""
-
-
-class UnknownVerdictError(TimingInputError):
-    """An accuracy verdict string this module does not know how to read."""
 
 
 # ---------------------------------------------------------------- records
@@ -176,22 +172,6 @@ class TaskTimeChange:
     def sooner_pct(self) -> float:
         """Percent less time B takes per task (negative when B is slower)."""
         return (1.0 - self.ratio) * 100.0
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Whether to take step B on one workload, and why."""
-
-    workload: str
-    take_b: bool
-    reason: str
-    accuracy_verdict: str
-    accuracy_ok: bool
-    finishes_sooner: bool
-    time_ratio: float
-    time_ci: tuple[float, float]
-    token_ratio: float
-    token_ratio_both_correct: float | None
 
 
 # ---------------------------------------------------------------- inputs
@@ -496,66 +476,4 @@ def compare_task_time(
         speed_b=speed_b.describe(),
         confidence=confidence,
         fixed_speeds=tuple(side for side, speed in (("A", speed_a), ("B", speed_b)) if not speed.measured),
-    )
-
-
-# ---------------------------------------------------------------- decision
-
-
-def accuracy_is_ok(verdict: str) -> bool:
-    """True for 'better' and 'no worse than -X points'; False for 'worse' and 'inconclusive ...'."""
-    text = verdict.strip().lower()
-    if text == "better" or text.startswith("no worse"):
-        return True
-    if text == "worse" or text.startswith("inconclusive"):
-        return False
-    raise UnknownVerdictError(
-        f"unknown accuracy verdict {verdict!r}; expected 'better', 'no worse than -X points', "
-        "'worse' or 'inconclusive at this sample size'"
-    )
-
-
-def _time_clause(time: TaskTimeChange) -> str:
-    low, high = time.ci
-    pct = round(time.confidence * 100)
-    clause = (
-        f"B decodes {time.speed_ratio:.2f}x as fast and writes {time.token_ratio:.2f}x the tokens, "
-        f"so task time B/A is {time.ratio:.3f} ({pct}% CI {low:.3f}-{high:.3f})"
-    )
-    if time.fixed_speeds:
-        clause += f" (speed of {' and '.join(time.fixed_speeds)} entered by hand, held fixed)"
-    return clause
-
-
-def decide(workload: str, accuracy_verdict: str, tokens: TokenRatios, time: TaskTimeChange) -> Decision:
-    """Take step B on `workload` only if accuracy is no worse AND tasks finish sooner.
-
-    "Sooner" is conservative: the upper end of the task-time ratio interval
-    must be below 1, so a point estimate under 1 with an interval reaching 1
-    stops at A. Otherwise the reason names each condition that failed.
-    """
-    accuracy_ok = accuracy_is_ok(accuracy_verdict)
-    sooner = time.ci[1] < 1.0
-    clause = _time_clause(time)
-    if accuracy_ok and sooner:
-        sooner_text = f"tasks finish {time.sooner_pct:.0f}% sooner"
-        reason = f"take B for {workload}: accuracy {accuracy_verdict}; {sooner_text}: {clause}"
-    else:
-        failed = []
-        if not accuracy_ok:
-            failed.append(f"accuracy is {accuracy_verdict}")
-        if not sooner:
-            failed.append(f"tasks do not finish sooner: {clause}")
-        reason = f"stop at A for {workload}: " + "; ".join(failed)
-    return Decision(
-        workload=workload,
-        take_b=accuracy_ok and sooner,
-        reason=reason,
-        accuracy_verdict=accuracy_verdict,
-        accuracy_ok=accuracy_ok,
-        finishes_sooner=sooner,
-        time_ratio=time.ratio,
-        time_ci=time.ci,
-        token_ratio=tokens.all_items,
-        token_ratio_both_correct=tokens.both_correct,
     )

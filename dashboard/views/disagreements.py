@@ -96,7 +96,7 @@ def main() -> None:
     pair = widgets.pair_picker(runs, steps)
     if pair is None:
         return
-    keys = data.step_runs(runs, steps)[pair.task]
+    keys = data.step_runs(runs, steps, url)[pair.task]
     force = st.toggle("Compare even if prompt or decoding settings differ", key="force")
     result = data.pair(url, keys[pair.a], keys[pair.b], force)
     if result.comparison is None:

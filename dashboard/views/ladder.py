@@ -9,78 +9,82 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, data, widgets
-from dashboard.analysis import StepDecision
-from evalsvc import compare, timing
+from evalsvc import compare, reports, timing
+from evalsvc.decision import build
+from evalsvc.decision.workload import Choice, WorkloadDecision
 
 
 # What a ladder-table row reads of the runs table.
 SUMMARY_COLUMNS = ("run_id", "n", "errors", "correct", "accuracy", "truncated")
 
 
-def decision_line(d: StepDecision) -> str:
-    """One decision in words, led by what to do."""
-    reason = d.reason
-    for prefix in (f"take B for {d.workload}: ", f"stop at A for {d.workload}: "):
-        reason = reason.removeprefix(prefix)
-    if d.take_b is None:
-        head = f"? {widgets.esc(d.step_b)} after {widgets.esc(d.step_a)}: no decision"
-    elif d.take_b:
-        head = f":green[take **{widgets.esc(d.step_b)}**] after {widgets.esc(d.step_a)}"
-    else:
-        head = f":red[stop at **{widgets.esc(d.step_a)}**], not {widgets.esc(d.step_b)}"
-    return f"{head}: {widgets.esc(reason)}"
+def decision_line(d: WorkloadDecision) -> str:
+    """One decision in words, led by what to do (words from `evalsvc.reports`, as the CLI prints them)."""
+    reasons = "; ".join(reports.explain_reason(d, r) for r in d.reasons)
+    head = widgets.esc(reports.headline(d))
+    color = {Choice.TAKE_B: "green", Choice.STOP_AT_A: "red", Choice.CANT_TELL: "orange"}[d.choice]
+    return f":{color}[**{head}**]: {widgets.esc(reasons)}"
 
 
-def decision_word(d: StepDecision) -> str:
-    """take B, stop at A, or no decision."""
-    return {True: f"take {d.step_b}", False: f"stop at {d.step_a}", None: "no decision"}[d.take_b]
-
-
-def chain_table(chain: Sequence[StepDecision], stop: StepDecision | None) -> pd.DataFrame:
+def chain_table(chain: Sequence[WorkloadDecision], stop: WorkloadDecision | None) -> pd.DataFrame:
     """Every step-to-step decision of one workload; those after the stop are marked."""
     rows, beyond = [], False
     for d in chain:
         rows.append({
-            "step N": d.step_a, "step N+1": d.step_b, "decision": decision_word(d),
-            "on the path": "no, beyond the stop" if beyond else "yes", "accuracy": d.verdict,
-            "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.speed_ratio, 2),
-            "task time B/A": widgets.num(d.time_ratio, 3),
+            "step N": d.step_a, "step N+1": d.step_b, "decision": reports.choice_words(d),
+            "on the path": "no, beyond the stop" if beyond else "yes",
+            "accuracy": compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
+            "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
+            "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
         })
         beyond = beyond or d is stop
     return pd.DataFrame(rows).set_index("step N")
 
 
-def render_ship(steps: Sequence[str], decisions: Sequence[StepDecision]) -> None:
+def _evidence_task(d: WorkloadDecision) -> str | None:
+    return d.accuracy.task if d.accuracy else d.accuracy_from
+
+
+def render_ship(steps: Sequence[str], decisions: Sequence[WorkloadDecision]) -> None:
     """Per workload: the step to ship, the decisions that settle it with links to their evidence, the whole chain."""
     st.subheader("Which step to ship")
-    workloads = list(dict.fromkeys(d.workload for d in decisions))
-    if not workloads:
-        st.info("No two consecutive steps share a complete run on any task yet.")
-    for workload in workloads:
+    for workload in dict.fromkeys(d.workload for d in decisions):
         chain = [d for d in decisions if d.workload == workload]
-        task_steps = [s for s in steps if any(s in (d.step_a, d.step_b) for d in chain)]
-        ship, stop = analysis.ship_step(task_steps, chain)
+        ship, stop = analysis.ship_step(list(steps), chain)
         taken = next((d for d in chain if d.step_b == ship and d.take_b), None)
         with st.container(border=True, key=f"ship_{workload}"):
-            st.markdown(f"#### {workload} ({chain[0].task}): ship **{widgets.esc(ship)}**")
+            task = next((t for t, w in build.TASK_WORKLOAD.items() if w == workload), None)
+            st.markdown(f"#### {workload}{f' ({task})' if task else ''}: ship **{widgets.esc(ship)}**")
             for d in (taken, stop):
                 if d is not None:
                     st.markdown(decision_line(d))
-                    widgets.evidence_links(widgets.Pair(d.task, d.step_a, d.step_b))
+                    task = _evidence_task(d)
+                    if task is not None:
+                        widgets.evidence_links(widgets.Pair(task, d.step_a, d.step_b))
             if stop is None:
                 st.markdown("Every step of the ladder was taken.")
             with st.expander(f"All {len(chain)} step-to-step decisions for {workload}"):
                 st.dataframe(chain_table(chain, stop))
 
 
+def render_aside(found: build.LadderDecision) -> None:
+    """Runs the ladder does not use, and why; only their task and steps lose decisions."""
+    if not found.picked.aside:
+        return
+    rows = [{"step": a.step, "task": a.task, "run": str(a.run_id), "set aside": a.reason.value, "why": a.detail}
+            for a in found.picked.aside]
+    with st.expander(f"{len(rows)} runs set aside (other settings, unfinished, or fewer items)"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+
+
 def task_table(
     url: str, runs: pd.DataFrame, task: str, per_step: dict[str, analysis.RunKey],
-    ladder_keys: tuple[analysis.RunKey, ...], decisions: Sequence[StepDecision],
+    ladder_keys: tuple[analysis.RunKey, ...], decisions: Sequence[WorkloadDecision],
     speeds: dict[str, dict[str, timing.EndpointSpeed]],
 ) -> pd.DataFrame:
     """The ladder table of one task, as display strings."""
     workload = analysis.workload_of(task)
-    by_b = {d.step_b: d for d in decisions if d.task == task}
+    by_b = {d.step_b: d for d in decisions if d.workload == workload}
     summaries = runs.set_index("run_id", drop=False)[list(SUMMARY_COLUMNS)].to_dict("index")
     loaded = data.load_ladder(url, ladder_keys)
     rows = []
@@ -101,10 +105,10 @@ def task_table(
     return pd.DataFrame(rows).set_index("step")
 
 
-def _time_cell(d: StepDecision | None) -> str:
-    if d is None or d.time_ratio is None or d.time_ci is None:
+def _time_cell(d: WorkloadDecision | None) -> str:
+    if d is None or d.time is None:
         return widgets.MISSING
-    return f"{d.time_ratio:.3f}x ({d.time_ci[0]:.3f} to {d.time_ci[1]:.3f})"
+    return f"{d.time.ratio:.3f}x ({d.time.ci[0]:.3f} to {d.time.ci[1]:.3f})"
 
 
 def ladder_chart(
@@ -137,16 +141,18 @@ def main() -> None:
     st.title("Ladder")
     runs = widgets.runs_or_stop(url)
     steps = widgets.selected_steps(runs)
-    st.caption(f"{len(steps)} steps: {' -> '.join(steps)}. Each step uses its latest complete run per task.")
-    report = data.report_for(url, runs, steps)
-    if isinstance(report, compare.LadderReport):
-        decisions = data.step_decisions(url, runs, steps, report)
+    st.caption(f"{len(steps)} steps: {' -> '.join(steps)}. Each step uses its latest complete run per task with "
+               "the ladder's settings and item count.")
+    found = data.ladder(url, runs, steps)
+    decisions: list[WorkloadDecision] = []
+    if isinstance(found, build.LadderDecision):
+        decisions = [w for pair in found.decisions for w in pair.workloads]
         render_ship(steps, decisions)
+        render_aside(found)
     else:
-        decisions = []
-        st.warning(report)
+        st.warning(found)
     speeds = data.endpoint_speeds(url, tuple(steps))
-    per_task = data.step_runs(runs, steps)
+    per_task = data.step_runs(runs, steps, url)
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")
         st.dataframe(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))

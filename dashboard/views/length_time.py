@@ -7,7 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, data, widgets
-from evalsvc import compare, timing
+from evalsvc import compare, reports, timing
+from evalsvc.decision import build
 
 
 def length_table(length: timing.LengthInflation) -> pd.DataFrame:
@@ -64,18 +65,23 @@ def render_time(time: timing.TaskTimeChange | None, workload: str, pair: widgets
 
 
 def render_decisions(url: str, runs: pd.DataFrame, steps: list[str]) -> None:
-    """Step N against N+1 on every workload of the ladder."""
-    report = data.report_for(url, runs, steps)
-    if not isinstance(report, compare.LadderReport):
+    """Step N against N+1 on every workload of the ladder, chat included."""
+    found = data.ladder(url, runs, steps)
+    if not isinstance(found, build.LadderDecision):
         return
     rows = [{
-        "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b,
-        "decision": {True: f"take {d.step_b}", False: f"stop at {d.step_a}", None: "no decision"}[d.take_b],
-        "accuracy": d.verdict, "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.speed_ratio, 2),
-        "task time B/A": widgets.num(d.time_ratio, 3),
-    } for d in data.step_decisions(url, runs, steps, report)]
+        "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b, "decision": reports.choice_words(d),
+        "accuracy": compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
+        "tokens B/A": widgets.num(d.token_ratio, 2),
+        "truncated A/B": f"{d.length.truncated_a}/{d.length.truncated_b}" if d.length else widgets.MISSING,
+        "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
+        "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
+        "why": reports.explain(d),
+    } for pair in found.decisions for d in pair.workloads]
     st.subheader("Step N or N+1, per workload")
     st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.caption("Chat output lengths come from the chat speed probes of both steps, paired by prompt; a chat "
+               "decision is refused while any paired answer was cut by the probe's cap.")
 
 
 def main() -> None:
@@ -87,9 +93,9 @@ def main() -> None:
     if pair is None:
         return
     workload = analysis.workload_of(pair.task)
-    keys = data.step_runs(runs, steps)[pair.task]
+    keys = data.step_runs(runs, steps, url)[pair.task]
     speeds = data.endpoint_speeds(url, (pair.a, pair.b))
-    length, time, problem = data.length_and_time(
+    length, time, problem = data.pair_length_and_time(
         url, keys[pair.a], keys[pair.b], speeds[pair.a].get(workload), speeds[pair.b].get(workload))
     if problem:
         st.warning(problem)

@@ -7,13 +7,14 @@ import streamlit as st
 
 from dashboard import data, widgets
 from evalsvc import compare, stats
+from evalsvc.decision import build, rule
 
 REPORT_COLUMNS = ("task", "step A", "step B", "vs", "n", "both", "A only", "B only", "neither", "acc A", "acc B",
                   "B-A", "95% CI", "p exact", "p Holm", "MDE", "verdict")
 
 
 def report_table(report: compare.LadderReport) -> pd.DataFrame:
-    """Every comparison of the ladder, with its 2x2 counts and Holm-adjusted verdict."""
+    """Every comparison of the ladder, with its 2x2 counts, verdict and Holm-adjusted p (information only)."""
     rows = []
     for entry in report.entries:
         c = entry.comparison
@@ -52,13 +53,13 @@ def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: compare.
     if entry is not None:
         comparison, sentence = entry.comparison, compare.describe_comparison(entry.comparison, entry.p_holm)
     else:
-        keys = data.step_runs(runs, steps)[pair.task]
+        keys = data.step_runs(runs, steps, url)[pair.task]
         result = data.pair(url, keys[pair.a], keys[pair.b])
         if result.comparison is None:
             st.error(result.error)
             return
         comparison = result.comparison
-        sentence = compare.describe_comparison(comparison) + " (Not one of the ladder's comparisons: no Holm adjustment.)"
+        sentence = compare.describe_comparison(comparison) + " (Not one of the ladder's comparisons: no Holm p.)"
     left, right = st.columns([1, 2])
     with left:
         st.table(table_2x2(pair, comparison.table))
@@ -85,15 +86,19 @@ def main() -> None:
     st.title("Significance")
     runs = widgets.runs_or_stop(url)
     steps = widgets.selected_steps(runs)
-    report = data.report_for(url, runs, steps)
-    if not isinstance(report, compare.LadderReport):
-        st.warning(report)
+    found = data.ladder(url, runs, steps)
+    if not isinstance(found, build.LadderDecision):
+        st.warning(found)
         return
+    report = found.accuracy
     render_pair(url, runs, steps, report)
     st.subheader("Every comparison")
     st.dataframe(report_table(report), hide_index=True)
-    st.caption(f"Baseline: {report.baseline}. p Holm adjusts all {len(report.entries)} exact McNemar p-values "
-               "together and the verdicts use it. B-A, CI and MDE in accuracy points; MDE at 80% power.")
+    st.caption(f"Baseline: {report.baseline}. {rule.RULE_TEXT} p Holm adjusts all {len(report.entries)} exact "
+               "McNemar p-values together. B-A, CI and MDE in accuracy points; MDE at 80% power.")
+    if found.picked.aside:
+        st.caption("Runs set aside: " + "; ".join(f"{a.step} {a.task} run {a.run_id} ({a.reason.value})"
+                                                   for a in found.picked.aside))
     st.subheader("In words")
     sentences = [compare.describe_cochran(task, q) for task, q in report.cochran.items()]
     sentences += [compare.describe_comparison(entry.comparison, entry.p_holm) for entry in report.entries]

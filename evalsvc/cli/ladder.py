@@ -30,7 +30,7 @@ DEMO_SPEED_MAX_TOKENS = 128
 
 def workloads_for(tasks: tuple[str, ...]) -> tuple[str, ...]:
     """The speed workloads a decision on these tasks needs: each task's own, plus chat."""
-    from evalsvc.reports import TASK_WORKLOAD
+    from evalsvc.decision.build import TASK_WORKLOAD
 
     return tuple(TASK_WORKLOAD[t] for t in tasks) + ("chat",)
 
@@ -86,9 +86,9 @@ def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str
 
 
 def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:
-    from evalsvc.reports import ladder_report_for
+    from evalsvc.reports import known_endpoints, ladder_report_for
 
-    report = ladder_report_for(store, [s.name for s in ladder.steps])
+    report = ladder_report_for(store, known_endpoints(store, [s.name for s in ladder.steps]))
     if as_json:
         steps = [{"step": o.step, "run_ids": list(o.run_ids), "reused": list(o.reused), "error": o.error}
                  for o in outcomes]

@@ -17,19 +17,43 @@ register_errors("evalsvc.timing", "TimingInputError")
 register_errors("evalsvc.speed_run", "SpeedError")
 register_errors("harness.chat_prompts", "ChatPromptError")
 
-def _default_margin_points() -> float:
-    from evalsvc.compare import DEFAULT_MARGIN  # lazy: keeps pandas and scipy out of `evalsvc run` start-up
+RULE_HELP = (
+    "\b\nVerdict rule, from the paired Newcombe 95% interval of accuracy B-A and the task's margin m:\n"
+    "  better                      interval above 0\n"
+    "  no change beyond the margin interval holds 0, inside (-m, +m)\n"
+    "  no worse than -m            interval holds 0, low end above -m, high end at +m or more\n"
+    "  worse, within the margin    interval below 0, low end above -m\n"
+    "  worse                       interval below 0, reaching -m or further\n"
+    "  inconclusive                interval from -m or below to 0 or above\n"
+    "p-values are shown beside the interval, never used to decide. Verdicts are per pair and not adjusted\n"
+    "for multiplicity, so a pair gets the same verdict from compare, report, decide and the dashboard;\n"
+    "report adds Holm-adjusted p-values as information."
+)
+DECISION_HELP = (
+    "\b\nDecision per workload: take B when accuracy is not worse (any verdict but worse and inconclusive)\n"
+    "and the task-time ratio B/A has its 95% interval below 1; stop at A when accuracy is worse or the\n"
+    "interval is above 1; otherwise can't tell yet, with what would settle it."
+)
 
-    return DEFAULT_MARGIN * 100
+
+def _margins(values: tuple[str, ...]) -> Any:
+    from evalsvc.decision.rule import MarginError, parse_margins  # lazy: keeps scipy out of `evalsvc run` start-up
+
+    try:
+        return parse_margins(values, list(TASK_NAMES))
+    except MarginError as exc:
+        raise click.BadParameter(str(exc), param_hint="--margin") from None
 
 
-MARGIN_OPTION = click.option("--margin", default=_default_margin_points, show_default="2.0", type=click.FloatRange(0, 100),
-                             help="Non-inferiority margin in accuracy points.")
+MARGIN_OPTION = click.option(
+    "--margin", "margins", multiple=True, metavar="[TASK=]POINTS",
+    help="Non-inferiority margin in accuracy points (default 2), for every task or, as TASK=POINTS, for one: "
+         "--margin 2 --margin humaneval=5. Repeatable.")
 FORCE_OPTION = click.option("--force", is_flag=True, help="Pair runs even if prompt template or decoding differ.")
 MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a write-up.")
 
 
-@click.command("compare")
+@click.command("compare", epilog=RULE_HELP)
 @click.argument("a")
 @click.argument("b")
 @click.option("--task", type=click.Choice(list(TASK_NAMES)), help="Only this task (default: every task both ran).")
@@ -39,14 +63,18 @@ MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a 
 @MARKDOWN_OPTION
 @DB_OPTION
 @JSON_OPTION
-def compare_command(a: str, b: str, task: str | None, disagreements: bool, margin: float, force: bool,
+def compare_command(a: str, b: str, task: str | None, disagreements: bool, margins: tuple[str, ...], force: bool,
                     markdown: bool, db: str | None, as_json: bool) -> None:
-    """Paired significance of B against A (endpoint names or run ids)."""
+    """Paired accuracy of B against A (endpoint names or run ids), with the verdict.
+
+    Example: evalsvc compare bf16 awq-int4 --margin humaneval=5
+    """
     from evalsvc import reports
     from evalsvc.compare import render_comparisons_markdown, render_comparisons_text
+    from evalsvc.decision import build
 
     store = read_store(db)
-    comparisons = reports.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), margin / 100, force)
+    comparisons = build.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), _margins(margins), force)
     if as_json:
         payload: dict[str, Any] = {"comparisons": [c.to_dict() for c in comparisons]}
         if disagreements:
@@ -61,7 +89,7 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, margi
             click.echo(reports.disagreements(store, c).to_string(index=False))
 
 
-@click.command("report")
+@click.command("report", epilog=RULE_HELP + "\n\n" + DECISION_HELP)
 @click.argument("ladder_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--endpoints", help="Comma-separated step names in ladder order (instead of a ladder file).")
 @click.option("--baseline", help="Step every other step is also compared with (default: the first).")
@@ -70,9 +98,12 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, margi
 @MARKDOWN_OPTION
 @DB_OPTION
 @JSON_OPTION
-def report_command(ladder_file: str | None, endpoints: str | None, baseline: str | None, margin: float, force: bool,
-                   markdown: bool, db: str | None, as_json: bool) -> None:
-    """Every step against the previous one and the baseline, Holm-adjusted, with decisions."""
+def report_command(ladder_file: str | None, endpoints: str | None, baseline: str | None, margins: tuple[str, ...],
+                   force: bool, markdown: bool, db: str | None, as_json: bool) -> None:
+    """Every step against the previous one and the baseline, with decisions.
+
+    Example: evalsvc report --endpoints bf16,awq-int4,awq-int4-spec --margin humaneval=5
+    """
     from evalsvc import reports
     from evalsvc.ladder import load_ladder
 
@@ -83,7 +114,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
     if len(names) < 2:
         raise click.UsageError("a report needs at least two steps")
     store = read_store(db)
-    report = reports.ladder_report_for(store, names, baseline=baseline, margin=margin / 100, force=force)
+    report = reports.ladder_report_for(store, names, baseline=baseline, margins=_margins(margins), force=force)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -157,21 +188,23 @@ def _accept_length_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-@click.command("decide")
+@click.command("decide", epilog=DECISION_HELP + "\n\n" + RULE_HELP)
 @click.argument("a")
 @click.argument("b")
 @MARGIN_OPTION
 @DB_OPTION
 @JSON_OPTION
-def decide_command(a: str, b: str, margin: float, db: str | None, as_json: bool) -> None:
-    """Per workload: take step B, or stop at A, and why."""
+def decide_command(a: str, b: str, margins: tuple[str, ...], db: str | None, as_json: bool) -> None:
+    """Per workload: take step B, stop at A, or can't tell yet (and what would settle it).
+
+    Example: evalsvc decide awq-int4 awq-int4-spec --margin humaneval=5
+    """
     from evalsvc import reports
 
     store = read_store(db)
-    comparisons = reports.compare_refs(store, a, b, list(TASK_NAMES), margin / 100)
-    decision = reports.decide_pair(store, a, b, comparisons)
+    decision = reports.decide_pair(store, a, b, _margins(margins))
     if as_json:
-        click.echo(json.dumps(decision.to_dict(), indent=2))
+        click.echo(json.dumps(reports.pair_dict(decision), indent=2))
     else:
         click.echo(reports.render_decisions([decision]))
 

@@ -136,19 +136,20 @@ def add_speeds(store: Store, endpoint: str, speeds: dict[str, float], source: st
 def add_run(
     store: Store, endpoint: str, task: str, samples: Sequence[Sample], outcomes: Sequence[Outcome],
     metadata: dict[str, Any] | None = None, repeat: bool = False, finished_at: datetime | None = None,
+    settings: DecodingSettings = DecodingSettings(), status: str = "complete",
 ) -> int:
-    """Write one complete run through the store's query functions; returns its id."""
+    """Write one run (complete unless `status` says otherwise) through the store's query functions; returns its id."""
     with store.session() as session:
         row = queries.upsert_endpoint(session, endpoint, "http://127.0.0.1:1/v1", f"model-{endpoint}", {}, metadata or {})
         fields = {
             "task": task, "template": TEMPLATES.get(task, "chat@v1"), "mode": "chat",
-            "decoding": DecodingSettings().as_dict(), "config_hash": stable_hash(task, "cfg"),
+            "decoding": settings.as_dict(), "config_hash": stable_hash(task, "cfg", str(settings.as_dict())),
             "dataset_hash": stable_hash(*(s.item_hash for s in samples)), "n_items": len(samples),
         }
         run, _ = queries.open_run(session, row, fields, new_repeat=repeat)
         session.add_all(_item(run.id, s, o) for s, o in zip(samples, outcomes))
         session.commit()
-        queries.finish_run(session, run.id, "complete")
+        queries.finish_run(session, run.id, status)
         if finished_at is not None:
             run.finished_at = finished_at
             session.commit()

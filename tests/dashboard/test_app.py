@@ -68,20 +68,24 @@ def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyP
     assert headings == [
         r"#### math (gsm8k): ship **int4\-spec**",
         r"#### code (humaneval): ship **bf16**",
+        r"#### chat: ship **bf16**",  # no chat speeds in the seed: can't tell yet, and why
     ]
     lines = [m.value for m in at.markdown]
-    # The worked example: 21% more tokens at 252 against 226 tok/s, so code tasks finish no sooner.
-    code_stop = next(line for line in lines if line.startswith(":red[stop at **bf16**], not int4"))
+    # The worked example: 21% more tokens at 252 against 226 tok/s, so code tasks finish 8.5% later.
+    code_stop = next(line for line in lines if line.startswith(r":red[**stop at bf16 for code, tasks finish 8\.5% later**]"))
     expected_ratio = (242 / 252) / (200 / 226)
     assert f"task time B/A is {expected_ratio:.3f}".replace(".", r"\.") in code_stop
     code_chain = grid_frame(at, 1)
-    assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "stop at int4-spec"]
+    # The kernel step's 2 lost problems of 164: inconclusive at 2 points, but tasks finish sooner.
+    assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "can't tell yet"]
     assert list(code_chain["on the path"]) == ["yes", "no, beyond the stop", "no, beyond the stop"]
+    chat = next(line for line in lines if line.startswith(r":orange[**can't tell yet between bf16 and int4 for chat**]"))
+    assert "no chat speed for bf16" in chat
 
 
 def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db)
-    gsm8k = grid_frame(at, 2)
+    gsm8k = grid_frame(at, 3)
     assert list(gsm8k.index) == list(seed.STEPS)
     kernel = [seed.kernel_math(i) for i in range(seed.GSM8K_N)]
     scored = [o for o in kernel if o.error is None]
@@ -93,7 +97,7 @@ def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, se
     assert gsm8k.loc["bf16", "median tokens"] == f"{bf16_tokens.median():.1f}"
     assert gsm8k.loc["int4", "math tok/s"] == "180"
     assert gsm8k.loc["int4-spec", "task time vs prev"].startswith(f"{180 / 270:.3f}x")
-    humaneval = grid_frame(at, 3)
+    humaneval = grid_frame(at, 4)
     assert list(humaneval["accuracy"]) == ["61.0%", "61.0%", "61.0%", f"{100 * 98 / 164:.1f}%"]
     assert humaneval.loc["int4", "tokens vs prev"] == "1.21x"
 
@@ -110,8 +114,9 @@ def test_ladder_steps_follow_the_sidebar_choice(monkeypatch: pytest.MonkeyPatch,
     at = open_app(monkeypatch, seeded_db)
     at.sidebar.multiselect(key=data_steps_key()).set_value(["bf16", "int4-spec-kernel"]).run()
     headings = [m.value for m in at.markdown if m.value.startswith("####")]
-    assert headings == [r"#### math (gsm8k): ship **bf16**", r"#### code (humaneval): ship **bf16**"]
-    assert list(grid_frame(at, 2).index) == ["bf16", "int4-spec-kernel"]
+    assert headings == [r"#### math (gsm8k): ship **bf16**", r"#### code (humaneval): ship **bf16**",
+                        r"#### chat: ship **bf16**"]
+    assert list(grid_frame(at, 3).index) == ["bf16", "int4-spec-kernel"]
 
 
 def data_steps_key() -> str:
@@ -183,10 +188,8 @@ def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.Monkey
     assert any(m.value == "**Verdict: worse**" for m in at.markdown)
     report = at.dataframe[0].value
     previous = report[report["vs"] == "previous"]
-    assert list(previous["verdict"]) == [
-        "no worse than -2.0 pts", "no worse than -2.0 pts", "worse",
-        "no worse than -2.0 pts", "no worse than -2.0 pts", "inconclusive at this sample size",
-    ]
+    same = "no change beyond the margin (2.0 pts)"
+    assert list(previous["verdict"]) == [same, same, "worse", same, same, "inconclusive"]
 
 
 def test_significance_noise_floor_from_the_repeat_run(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:

@@ -14,7 +14,8 @@ from statsmodels.stats.multitest import multipletests
 
 from evalsvc import compare
 from evalsvc.compare import LadderStep, StepRun
-from evalsvc.stats import RunInfo, SettingsMismatch, Table2x2, Verdict
+from evalsvc.decision.rule import Verdict
+from evalsvc.stats import RunInfo, SettingsMismatch, Table2x2
 
 
 def outcomes(table: Table2x2) -> tuple[list[bool], list[bool]]:
@@ -58,7 +59,7 @@ def compare_table(table: Table2x2, task: str = "gsm8k", **options: object) -> co
 JSON_KEYS = {
     "n_paired", "both_correct", "a_only", "b_only", "neither", "p_exact", "p_midp", "p_chi2", "diff",
     "diff_ci_low", "diff_ci_high", "verdict", "mde", "acc_a", "acc_b", "dropped", "forced", "differences",
-    "noise_floor", "flip_rate", "margin", "task", "endpoint_a", "endpoint_b", "run_a", "run_b",
+    "noise_floor", "flip_rate", "margin", "task", "endpoint_a", "endpoint_b", "run_a", "run_b", "settle",
 }
 
 
@@ -82,7 +83,8 @@ def test_comparison_figures_and_json() -> None:
 
 def test_margin_is_configurable() -> None:
     table = Table2x2(both_correct=361, a_only=3, b_only=4, neither=33)  # 95% CI about -1.3 to +1.8 points
-    assert compare_table(table).verdict is Verdict.NO_WORSE
+    assert compare_table(table).verdict is Verdict.SAME
+    assert compare_table(table, margin=0.015).verdict is Verdict.NO_WORSE
     assert compare_table(table, margin=0.01).verdict is Verdict.INCONCLUSIVE
 
 
@@ -105,22 +107,45 @@ def test_noise_floor_sentences() -> None:
     balanced = compare_table(Table2x2(50, 6, 5, 19), flip_rate=0.20)
     assert lopsided.noise_floor and balanced.noise_floor
     assert "the verdict stands" in compare.describe_comparison(lopsided)
-    assert "look like run-to-run noise" in compare.describe_comparison(balanced)
+    assert "The 11 disagreements are no more than run-to-run noise makes (flip rate 20.0%" in (
+        compare.describe_comparison(balanced))
     assert compare_table(Table2x2(50, 6, 5, 19), flip_rate=0.01).noise_floor is False
 
 
-def test_no_discordant_pairs_still_reports_a_detectable_difference() -> None:
+def test_no_discordant_pairs_detect_no_difference() -> None:
     result = compare_table(Table2x2(70, 0, 0, 30))
     assert (result.p_exact, result.p_midp, result.p_chi2, result.diff) == (1.0, 1.0, 1.0, 0.0)
-    assert result.mde > 0
+    assert result.mde is None
+    assert "With 100 items, of which no item was answered differently, the test detects no difference" in (
+        compare.describe_comparison(result))
 
 
-def test_tiny_sample_says_nothing_is_detectable() -> None:
-    result = compare_table(Table2x2(1, 0, 0, 0))
-    assert result.mde > 1  # Connor's approximation breaks down at n = 1
-    assert "with 1 item no difference at all would be detected with 80% power." in (
-        compare.describe_comparison(result)
-    )
+def test_mde_beyond_the_disagreement_rate_is_none() -> None:
+    # 164 items, 1 disagreement: Connor's MDE (about 1.7 points) exceeds the 0.6 points one disagreement can show.
+    assert compare_table(Table2x2(120, 1, 0, 43), task="humaneval").mde is None
+    # 400 items, 40 disagreements: by hand, sqrt(0.1) (1.95996 * 20 + 0.84162 * sqrt(396.867)) / 400.708
+    # = 0.04417, below the 10% disagreement rate, so reported.
+    assert compare_table(Table2x2(300, 20, 20, 60)).mde == pytest.approx(0.04417, abs=5e-5)
+
+
+def test_164_identical_answers_say_which_margin_they_can_establish() -> None:
+    result = compare_table(Table2x2(164, 0, 0, 0), task="humaneval")
+    assert result.verdict is Verdict.INCONCLUSIVE and result.settle is not None
+    assert result.settle.best_margin == pytest.approx(-result.diff_ci_low) and result.settle.best_margin > 0.02
+    sentence = compare.describe_comparison(result)
+    assert "164 items can never establish 2.0 points" in sentence and "--margin humaneval=2.3" in sentence
+    assert compare_table(Table2x2(164, 0, 0, 0), task="humaneval", margin=0.023).verdict is Verdict.SAME
+
+
+def test_more_gsm8k_items_settle_an_inconclusive_pair() -> None:
+    result = compare_table(Table2x2(380, 6, 4, 10))  # 400 items, 95% CI -2.4 to +1.3 points
+    assert result.verdict is Verdict.INCONCLUSIVE and result.settle is not None
+    needed = result.settle.items_needed
+    assert needed is not None and 400 < needed <= 1319
+    scaled = Table2x2(round(380 * needed / 400), round(6 * needed / 400), round(4 * needed / 400), 0)
+    scaled = scaled._replace(neither=needed - scaled.both_correct - scaled.a_only - scaled.b_only)
+    assert compare_table(scaled).verdict is not Verdict.INCONCLUSIVE
+    assert f"about {needed} items at the observed rates would settle it" in compare.describe_comparison(result)
 
 
 # --- rendering: exact output -------------------------------------------------------
@@ -138,33 +163,31 @@ def rendering_case() -> list[compare.Comparison]:
 # Hand-worked figures. gsm8k: 364/401 = 90.8%, 365/401 = 91.0%, diff 1/401; p exact
 # min(1, 2 P(X <= 3 | 7)) = 1; mid-p 1 - 35/128 = 0.727. humaneval: 13/20, 17/20,
 # diff 4/20; p exact 2 * 7/64 = 0.219; mid-p 8/64 = 0.125; MDE for n = 20,
-# psi = 0.3 is 32.3 points. Intervals from Newcombe's method 10 by hand.
+# psi = 0.3 is 32.3 points, more than the 30 points the 6 disagreements could show, so "none" (as for
+# gsm8k: 1.8 points needed, 7/401 = 1.7 possible). Intervals from Newcombe's method 10 by hand; verdicts
+# by the rule: gsm8k's interval holds 0 inside (-2, +2), humaneval's reaches from -5.2 to above 0.
 EXPECTED_TEXT = """\
 task       A     B      n  both  A only  B only  neither  acc A  acc B    B-A         95% CI  p exact  p mid-p   MDE  verdict
----------  ----  ---  ---  ----  ------  ------  -------  -----  -----  -----  -------------  -------  -------  ----  --------------------------------
-gsm8k      bf16  awq  401   361       3       4       33  90.8%  91.0%   +0.2   -1.3 to +1.8    1.000    0.727   1.8  no worse than -2.0 pts
-humaneval  bf16  awq   20    12       1       5        2  65.0%  85.0%  +20.0  -5.2 to +42.6    0.219    0.125  32.3  inconclusive at this sample size
+---------  ----  ---  ---  ----  ------  ------  -------  -----  -----  -----  -------------  -------  -------  ----  -------------------------------------
+gsm8k      bf16  awq  401   361       3       4       33  90.8%  91.0%   +0.2   -1.3 to +1.8    1.000    0.727  none  no change beyond the margin (2.0 pts)
+humaneval  bf16  awq   20    12       1       5        2  65.0%  85.0%  +20.0  -5.2 to +42.6    0.219    0.125  none  inconclusive
 
-B-A, CI and MDE in accuracy points; MDE at 80% power.
+B-A, CI and MDE in accuracy points; MDE at 80% power (none: these items detect no difference). Verdicts read the 95% CI against the margin (the rule: `evalsvc compare --help`).
 
-gsm8k, awq vs bf16: B is no worse than A by more than 2.0 points (95% CI -1.3 to +1.8 points; exact McNemar p = 1.000).
-humaneval, awq vs bf16: Not significant (exact McNemar p = 0.219), but this does not show the steps are the same: \
-the 95% CI -5.2 to +42.6 points still allows a drop of more than 2.0 points, and with 20 items only a difference \
-of 32.3 points or more would be detected with 80% power. 2 items were left out (1 missing in B, 1 error in A).
+gsm8k, awq vs bf16: No change beyond the margin of 2.0 points: accuracy changed by +0.2 points (95% CI -1.3 to +1.8 points; exact McNemar p = 1.000). With 401 items, of which the runs disagree on only 7, the test detects no difference with 80% power.
+humaneval, awq vs bf16: Inconclusive: the interval reaches from a drop of 2.0 points or more to no drop at all: accuracy changed by +20.0 points (95% CI -5.2 to +42.6 points; exact McNemar p = 0.219). What would settle it: these 20 items establish a margin of 5.2 points; about 22 items at the observed rates would settle it at a 2.0-point margin (--limit). With 20 items, of which the runs disagree on only 6, the test detects no difference with 80% power. 2 items were left out (1 missing in B, 1 error in A).
 """
 
 EXPECTED_MARKDOWN = """\
 | task | A | B | n | both | A only | B only | neither | acc A | acc B | B-A | 95% CI | p exact | p mid-p | MDE | verdict |
 | :--- | :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- |
-| gsm8k | bf16 | awq | 401 | 361 | 3 | 4 | 33 | 90.8% | 91.0% | +0.2 | -1.3 to +1.8 | 1.000 | 0.727 | 1.8 | no worse than -2.0 pts |
-| humaneval | bf16 | awq | 20 | 12 | 1 | 5 | 2 | 65.0% | 85.0% | +20.0 | -5.2 to +42.6 | 0.219 | 0.125 | 32.3 | inconclusive at this sample size |
+| gsm8k | bf16 | awq | 401 | 361 | 3 | 4 | 33 | 90.8% | 91.0% | +0.2 | -1.3 to +1.8 | 1.000 | 0.727 | none | no change beyond the margin (2.0 pts) |
+| humaneval | bf16 | awq | 20 | 12 | 1 | 5 | 2 | 65.0% | 85.0% | +20.0 | -5.2 to +42.6 | 0.219 | 0.125 | none | inconclusive |
 
-B-A, CI and MDE in accuracy points; MDE at 80% power.
+B-A, CI and MDE in accuracy points; MDE at 80% power (none: these items detect no difference). Verdicts read the 95% CI against the margin (the rule: `evalsvc compare --help`).
 
-- gsm8k, awq vs bf16: B is no worse than A by more than 2.0 points (95% CI -1.3 to +1.8 points; exact McNemar p = 1.000).
-- humaneval, awq vs bf16: Not significant (exact McNemar p = 0.219), but this does not show the steps are the same: \
-the 95% CI -5.2 to +42.6 points still allows a drop of more than 2.0 points, and with 20 items only a difference \
-of 32.3 points or more would be detected with 80% power. 2 items were left out (1 missing in B, 1 error in A).
+- gsm8k, awq vs bf16: No change beyond the margin of 2.0 points: accuracy changed by +0.2 points (95% CI -1.3 to +1.8 points; exact McNemar p = 1.000). With 401 items, of which the runs disagree on only 7, the test detects no difference with 80% power.
+- humaneval, awq vs bf16: Inconclusive: the interval reaches from a drop of 2.0 points or more to no drop at all: accuracy changed by +20.0 points (95% CI -5.2 to +42.6 points; exact McNemar p = 0.219). What would settle it: these 20 items establish a margin of 5.2 points; about 22 items at the observed rates would settle it at a 2.0-point margin (--limit). With 20 items, of which the runs disagree on only 6, the test detects no difference with 80% power. 2 items were left out (1 missing in B, 1 error in A).
 """
 
 
@@ -179,14 +202,15 @@ def test_render_markdown_exactly() -> None:
 @pytest.mark.parametrize(
     ("table", "start"),
     [
-        (Table2x2(50, 12, 1, 18), "B is worse than A: accuracy changed by -13.6 points (95% CI"),
+        (Table2x2(50, 12, 1, 18), "B is worse than A, and may be worse by the margin of 2.0 points or more: "
+                                  "accuracy changed by -13.6 points (95% CI"),
         (Table2x2(50, 1, 12, 18), "B is better than A: accuracy changed by +13.6 points (95% CI"),
     ],
 )
 def test_significant_sentences(table: Table2x2, start: str) -> None:
     sentence = compare.describe_comparison(compare_table(table))
     assert sentence.startswith(f"gsm8k, awq vs bf16: {start}")
-    assert sentence.endswith("exact McNemar p = 0.003).")  # 2 * 14 / 8192 = 0.0034
+    assert "exact McNemar p = 0.003)." in sentence  # 2 * 14 / 8192 = 0.0034
 
 
 # --- ladders -------------------------------------------------------------------------
@@ -237,20 +261,21 @@ def test_ladder_report_entries_holm_and_cochran() -> None:
     assert report.cochran["humaneval"].p_value == 1.0  # identical answers: Q = 0
 
 
-def test_ladder_verdicts_use_holm_adjusted_p() -> None:
+def test_ladder_verdicts_are_the_pairs_own_and_holm_is_information() -> None:
     steps, _ = ladder_fixture()
     first = steps[0].runs[0], steps[1].runs[0]
     alone = compare.compare_runs(first[0].items, first[1].items, first[0].info, first[1].info)
-    assert alone.verdict is Verdict.WORSE  # p = 0.021 on its own
     entry = compare.build_ladder_report(steps).entries[0]
     assert entry.p_holm == pytest.approx(4 * 2 * 11 / 1024)  # smallest of four p-values
-    assert entry.comparison.verdict is Verdict.INCONCLUSIVE
-    assert "Holm-adjusted p = 0.086" in compare.render_ladder_text(compare.build_ladder_report(steps))
+    assert entry.comparison.verdict is alone.verdict is Verdict.WORSE  # 95% CI -7.0 to -0.7 points
+    text = compare.render_ladder_text(compare.build_ladder_report(steps))
+    assert "Holm-adjusted p = 0.086 (information only)" in text and "not adjusted for multiplicity" in text
 
 
 def test_ladder_baseline_and_flip_rates() -> None:
     steps, _ = ladder_fixture()
-    report = compare.build_ladder_report(steps, baseline="awq", flip_rates={"bf16": 0.02, "awq": 0.06})
+    rates = {("bf16", "gsm8k"): 0.02, ("awq", "gsm8k"): 0.06, ("bf16", "humaneval"): 0.5}
+    report = compare.build_ladder_report(steps, baseline="awq", flip_rates=rates)
     assert report.baseline == "awq"
     gsm8k = [e for e in report.entries if e.comparison.task == "gsm8k"]
     assert [(e.step_a, e.step_b, e.kind) for e in gsm8k] == [

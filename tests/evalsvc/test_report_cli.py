@@ -53,8 +53,8 @@ def test_compare_json_matches_statsmodels(ladder_db: str) -> None:
     assert out["p_chi2"] == pytest.approx(mcnemar(table, exact=False, correction=True).pvalue, rel=1e-9)
     assert out["diff"] == pytest.approx((b_only - a_only) / 120)
     assert out["diff_ci_low"] < out["diff"] < out["diff_ci_high"]
-    assert out["verdict"] == ("worse" if out["p_exact"] < 0.05 else "inconclusive at this sample size")
-    assert out["mde"] > 0
+    assert out["verdict"] == "worse" and out["diff_ci_high"] < 0 and out["diff_ci_low"] <= -0.02
+    assert 0 < out["mde"] <= (a_only + b_only) / 120
 
 
 def test_compare_text_and_disagreements(ladder_db: str) -> None:
@@ -75,6 +75,15 @@ def test_compare_refuses_different_templates_unless_forced(db_path: str) -> None
     assert refused.exit_code == 2 and "--force" in refused.output and "max_tokens" in refused.output
     forced = json.loads(run_cli("compare", "a", "b", "--db", db_path, "--force", "--json").stdout)["comparisons"][0]
     assert forced["forced"] is True and forced["n_paired"] == 120
+
+
+def test_margin_option_takes_points_per_task(ladder_db: str) -> None:
+    out = json.loads(run_cli("compare", "bf16", "int4", "--db", ladder_db, "--json", "--margin", "1",
+                             "--margin", "gsm8k=7.5").stdout)["comparisons"][0]
+    assert out["margin"] == pytest.approx(0.075)
+    bad = run_cli("compare", "bf16", "int4", "--db", ladder_db, "--margin", "mmlu=3")
+    assert bad.exit_code == 2 and "unknown task 'mmlu'" in bad.output
+    assert "Verdict rule" in run_cli("compare", "--help").output
 
 
 def test_report_over_a_ladder_holm_adjusts(ladder_db: str) -> None:
@@ -103,7 +112,7 @@ def test_repeat_runs_give_a_noise_floor(db_path: str) -> None:
 
 
 def decide_json(db: str) -> dict[str, dict]:
-    # 120 identical answers show "no worse" only at a 5-point margin (2 points needs more items).
+    # 120 identical answers settle a verdict only at a 5-point margin (2 points needs more items).
     out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db, "--json").stdout)
     return {w["workload"]: w for w in out["workloads"]}
 
@@ -117,7 +126,8 @@ def test_worked_example_more_tokens_cancel_faster_decoding(db_path: str) -> None
                     "--source", "vendor table", "--db", db_path)
         assert r.exit_code == 0 and f"{float(tps):.1f} tok/s entered by hand" in r.output
     math = decide_json(db_path)["math"]
-    assert math["take_b"] is False and math["reason"].startswith("stop at A for math: tasks do not finish sooner")
+    assert math["decision"] == "stop at A" and math["take_b"] is False
+    assert math["explanation"].startswith("stop at step3 for math, tasks finish 8.5% later")
     assert math["token_ratio"] == pytest.approx(1.21, abs=0.005)
     assert math["time_ratio"] == pytest.approx(1.21 * 226 / 252, abs=0.005)
 
@@ -130,8 +140,10 @@ def test_same_length_faster_decoding_takes_the_step(db_path: str) -> None:
     run_cli("speed", "--endpoint", "step4", "--workload", "math", "--tokens-per-second", "268", "--source", "x",
             "--db", db_path)
     decisions = decide_json(db_path)
-    assert decisions["math"]["take_b"] is True and decisions["math"]["reason"].startswith("take B for math")
-    assert decisions["code"]["take_b"] is None and "humaneval" in decisions["code"]["reason"]
+    assert decisions["math"]["take_b"] is True and decisions["math"]["explanation"].startswith("take step4 for math")
+    code = decisions["code"]
+    assert code["decision"] == "can't tell yet" and "humaneval" in code["explanation"]
+    assert [r["kind"] for r in code["reasons"]] == ["no_run", "no_run"]
 
 
 def test_unknown_endpoint_is_a_clear_error(ladder_db: str) -> None:

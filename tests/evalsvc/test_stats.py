@@ -15,7 +15,7 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from evalsvc import stats
-from evalsvc.stats import DropCounts, PairingError, RunInfo, SettingsMismatch, Table2x2, Verdict
+from evalsvc.stats import DropCounts, PairingError, RunInfo, SettingsMismatch, Table2x2
 
 
 def random_tables(count: int, seed: int) -> list[Table2x2]:
@@ -216,24 +216,7 @@ def test_empty_table_has_no_interval() -> None:
         stats.paired_diff_ci(Table2x2(0, 0, 0, 0))
 
 
-# --- verdict and detectable difference --------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("p_exact", "diff", "ci_low", "margin", "expected"),
-    [
-        (0.01, -0.03, -0.05, 0.02, Verdict.WORSE),
-        (0.01, 0.03, 0.01, 0.02, Verdict.BETTER),
-        (0.01, -0.01, -0.015, 0.02, Verdict.WORSE),  # significant drop wins over the margin
-        (0.30, -0.005, -0.015, 0.02, Verdict.NO_WORSE),
-        (0.30, -0.005, -0.025, 0.02, Verdict.INCONCLUSIVE),
-        (0.30, -0.005, -0.025, 0.03, Verdict.NO_WORSE),
-        (0.30, 0.0, -0.02, 0.02, Verdict.INCONCLUSIVE),  # bound on the margin is not above it
-        (0.05, -0.04, -0.08, 0.02, Verdict.INCONCLUSIVE),  # p equal to alpha is not significant
-    ],
-)
-def test_verdict_table(p_exact: float, diff: float, ci_low: float, margin: float, expected: Verdict) -> None:
-    assert stats.decide_verdict(p_exact, diff, ci_low, margin=margin) is expected
+# --- detectable difference --------------------------------------------
 
 
 def connor_n(delta: float, psi: float, alpha: float = 0.05, power: float = 0.8) -> float:
