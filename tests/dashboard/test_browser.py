@@ -221,7 +221,7 @@ def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Pat
     assert "stop at bf16" in chain and "no, beyond the stop" in chain
     expected = {
         "Disagreements": ("only A right (bf16)\n2", "Item gsm8k/test/0318"),
-        "Significance": ("Cochran's Q (gsm8k, 4 steps, 399 items", "no worse than -2.0 pts", "Noise floor"),
+        "Significance": ("Cochran's Q (gsm8k, 4 steps, 399 items", "no change beyond the margin (2.0 pts)", "Noise floor"),
         "Length and time": ("task time B/A\n0.584", "Step N or N+1, per workload"),
         "Evaluate an endpoint": ("Start evaluation", "No evaluation started here yet."),
     }

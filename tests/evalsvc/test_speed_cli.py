@@ -37,7 +37,9 @@ def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
     out = json.loads(run_cli("decide", "step3", "step4", "--margin", "5", "--db", db_path, "--json").stdout)
     decisions = {w["workload"]: w for w in out["workloads"]}
     assert decisions["math"]["take_b"] is True and decisions["math"]["time_ratio"] < 0.8
-    assert decisions["chat"]["take_b"] is True and "stands in from gsm8k" in decisions["chat"]["reason"]
+    chat = decisions["chat"]
+    assert chat["take_b"] is True and "standing in for chat from gsm8k" in chat["explanation"]
+    assert (chat["truncated_a"], chat["truncated_b"]) == (0, 0)
     assert decisions["code"]["take_b"] is None
 
 
