@@ -53,7 +53,7 @@ import httpx
 import yaml
 
 from db.engine import DB_ENV
-from evalsvc.servers import ServerGuard, launched_on, stop_left_servers
+from evalsvc.servers import STOP_GRACE_S, ServerGuard, launched_on, stop_left_servers
 from evalsvc.watchdog import group_members
 from harness.client import API_KEY_ENV
 from harness.redact import MIN_SECRET_LEN, MaskedError, is_secret_name, known_secrets, scrub_env, url_secrets
@@ -419,7 +419,7 @@ class LaunchedStep:
 
 @contextlib.contextmanager
 def launch_step(
-    step: LadderStep, log_dir: Path, poll_interval_s: float = 0.5, stop_grace_s: float = 10.0
+    step: LadderStep, log_dir: Path, poll_interval_s: float = 0.5, stop_grace_s: float = STOP_GRACE_S
 ) -> Iterator[LaunchedStep]:
     """Start the step's server, wait until healthy, yield it, then stop its process group.
 
@@ -549,7 +549,7 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
-def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the process group led by `proc`, SIGKILL what is left after `grace_s`."""
     pgid = proc.pid  # start_new_session=True makes the child its group leader
     _signal_group(pgid, signal.SIGTERM)

@@ -37,6 +37,9 @@ from evalsvc.watchdog import LAUNCH_ENV
 log = logging.getLogger(__name__)
 
 REGISTRY_DIR = "launched"
+# SIGTERM, then SIGKILL this much later: a server that hangs on SIGTERM is still gone within 10 s of a
+# signal to the runner (issue 19), and SGLang shuts down well within it.
+STOP_GRACE_S = 5.0
 WATCHDOG_MARGIN_S = 10.0  # beyond its two grace periods; a watchdog still busy then is left to finish
 
 
@@ -212,7 +215,7 @@ def live_servers() -> list[LaunchRecord]:
     return sorted((r for r in read_records() if r.alive()), key=lambda r: r.started_at)
 
 
-def stop_left_servers(grace_s: float = 10.0) -> list[LaunchRecord]:
+def stop_left_servers(grace_s: float = STOP_GRACE_S) -> list[LaunchRecord]:
     """Stop every live launched server whose launcher is gone, and forget the records of ended ones;
     returns the servers it stopped."""
     stopped = []

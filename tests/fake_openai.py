@@ -530,7 +530,10 @@ def serve(argv: list[str]) -> None:
     parser.add_argument("--pid-file")
     parser.add_argument("--sglang", action="store_true", help="also answer SGLang's info routes")
     parser.add_argument("--env-report")
+    parser.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM, as a hung server does")
     args = parser.parse_args(argv)
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the forked child inherits it
     if args.env_report:
         Path(args.env_report).write_text(json.dumps(sorted(os.environ)))
     server = FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=args.latency, port=args.port,

@@ -56,14 +56,15 @@ def processes_naming(text: str) -> list[int]:
 class LadderSetup:
     """A one-step ladder whose step launches the fake server, and the command that evaluates it."""
 
-    def __init__(self, tmp_path: Path, latency_s: float = 0.2, n_items: int = N_ITEMS, speed_n: int = 0) -> None:
+    def __init__(self, tmp_path: Path, latency_s: float = 0.2, n_items: int = N_ITEMS, speed_n: int = 0,
+                 ignore_term: bool = False) -> None:
         self.tag = uuid.uuid4().hex
         self.home = tmp_path / "home"
         self.db = str(tmp_path / "evalsvc.db")
         self.port = free_port()
         self.pid_file = tmp_path / "server.pids"
         command = [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port), "--latency", str(latency_s),
-                   "--fork-child", "--pid-file", str(self.pid_file)]
+                   "--fork-child", "--pid-file", str(self.pid_file)] + (["--ignore-term"] if ignore_term else [])
         self.ladder = tmp_path / "ladder.yaml"
         self.ladder.write_text(f"""
 name: signals
@@ -161,6 +162,21 @@ def test_signal_mid_step_stops_the_server_and_the_same_command_resumes(tmp_path:
     if sig != signal.SIGKILL:
         assert f"interrupted by {sig.name}: run {run_id} interrupted" in stderr
         assert setup.records() == []
+    check_resume_completes(setup, run_id, kept)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_server_that_ignores_sigterm_is_still_gone_within_the_bound(tmp_path: Path, sig: signal.Signals) -> None:
+    setup = LadderSetup(tmp_path, ignore_term=True)
+    proc = setup.start_mid_step()
+    (record,) = setup.records()
+    proc.send_signal(sig)
+    left, waited = wait_until_gone(lambda: tagged_processes(setup.tag) + processes_naming(record["launch_id"]))
+    assert left == [], f"{sig.name}: processes {left} still alive {waited:.1f} s after the signal"
+    assert proc.wait(timeout=60) == EXIT_CODES[sig]
+    runs, kept = setup.runs_and_items()
+    (run_id, _), = runs
     check_resume_completes(setup, run_id, kept)
 
 
