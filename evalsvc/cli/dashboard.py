@@ -23,12 +23,17 @@ OPEN_ADDRESS_WARNING = (
 
 
 def streamlit_argv(app: Path, port: int, address: str, headless: bool) -> list[str]:
-    """The `python -m streamlit run` command line for the app; the store goes in the environment, never here."""
+    """The `python -m streamlit run` command line for the app; the store goes in the environment, never here.
+
+    Beyond loopback, an unexpected error shows its type only: its message and traceback go to the server's
+    log (masked there), not to whoever reaches the page.
+    """
     return [
         sys.executable, "-m", "streamlit", "run", str(app),
         "--server.address", address, "--server.port", str(port),
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
+        "--client.showErrorDetails", "full" if is_loopback(address) else "type",
     ]
 
 

@@ -45,6 +45,8 @@ def test_store_url_goes_through_the_environment_and_is_masked(monkeypatch: pytes
 ])
 def test_open_address_warns(monkeypatch: pytest.MonkeyPatch, address: str, warns: bool) -> None:
     assert is_loopback(address) is not warns
-    result, _ = start(monkeypatch, "--address", address)
+    result, started = start(monkeypatch, "--address", address)
     assert result.exit_code == 0
     assert ("has no login of its own" in result.output) is warns
+    details = started["argv"][started["argv"].index("--client.showErrorDetails") + 1]
+    assert details == ("type" if warns else "full")
