@@ -167,11 +167,7 @@ class PairResult:
 def _info(url: str, run_id: int) -> stats.RunInfo:
     """What a run was (endpoint, task, template, decoding); fixed once the run exists."""
     with get_store(url).session() as session:
-        run = queries.resolve_run(session, str(run_id))
-        return stats.RunInfo(
-            run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
-            decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash,
-        )
+        return build.run_info(queries.resolve_run(session, str(run_id)))
 
 
 def pair(

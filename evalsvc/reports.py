@@ -201,7 +201,8 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
         assert run is not None
         endpoint = session.get(Endpoint, run.endpoint_id)
         base = {"speed_run_id": run.id, "endpoint": endpoint.name if endpoint else "?", "workload": run.workload,
-                "measured": run.measured, "source": run.source, "spec_stats": run.spec_stats}
+                "measured": run.measured, "source": run.source, "spec_stats": run.spec_stats,
+                "max_tokens": run.max_tokens}
         if not run.measured:
             return {**base, "decode_tps": run.decode_tps_by_hand, "ttft_s": run.ttft_s_by_hand}
         samples = [s for _, s in speed_samples(session, run.id)]
@@ -211,6 +212,7 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
     tokens = np.array([s.output_tokens or 0 for s in ok], dtype=float)
     accepts = [s.accept_length for s in ok if s.accept_length is not None]
     return {**base, "n": len(samples), "n_ok": len(ok),
+            "truncated": sum(1 for s in samples if s.ok and s.finish_reason == "length"),
             "accept_length_mean": float(np.mean(accepts)) if accepts else None, "n_accept_length": len(accepts),
             "decode_tps_median": float(np.median(tps)) if len(ok) else None,
             "decode_tps_mean": float(tps.mean()) if len(ok) else None,

@@ -113,6 +113,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         start = time.perf_counter()
+        cap = body.get("max_tokens")
+        if isinstance(cap, int) and cap < script.n_tokens:  # a real server stops at the cap and says so
+            script = replace(script, n_tokens=cap, finish_reason="length")
         if chat and script.role_chunk:
             self._event(_chunk(body, {"role": "assistant", "content": ""}, chat))
         for index, text, is_reasoning in _token_groups(script):

@@ -165,6 +165,9 @@ def format_speed(s: dict[str, Any]) -> str:
         f"  time to first token {s['ttft_median_s'] * 1000:.0f} ms median; "
         f"output tokens {s['output_tokens_mean']:.1f} mean",
     ]
+    if s.get("truncated"):
+        lines.append(f"  {s['truncated']} answers cut at the cap of {s['max_tokens']} tokens: their lengths are not "
+                     "whole, and a chat decision is refused on them; measure again with a larger --max-tokens")
     lines.extend(_accept_length_lines(s))
     return "\n".join(lines)
 

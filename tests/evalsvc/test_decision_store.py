@@ -177,6 +177,9 @@ def test_compare_report_decide_and_dashboard_agree_on_every_pair(
     verdicts = {(c["task"], c["step_a"], c["step_b"]): c["verdict"] for c in report["comparisons"]}
     assert len(verdicts) == 2 * (3 + 2)  # 3 consecutive and 2 more baseline pairs, per task
     assert {"no change beyond the margin", "worse", "inconclusive"} <= set(verdicts.values())
+    # The noise floor comes only from a repeat of the same task: bf16 repeated GSM8K, never HumanEval.
+    floors = {(c["task"], c["step_a"]): c["flip_rate"] for c in report["comparisons"]}
+    assert floors[("gsm8k", "bf16")] == pytest.approx(4 / 400) and floors[("humaneval", "bf16")] is None
     for (task, a, b), verdict in verdicts.items():
         compared = cli_json("compare", a, b, "--task", task, "--db", db)["comparisons"][0]
         assert compared["verdict"] == verdict, (task, a, b)

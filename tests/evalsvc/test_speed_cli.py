@@ -43,6 +43,20 @@ def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
     assert decisions["code"]["take_b"] is None
 
 
+def test_chat_answers_cut_by_the_cap_are_reported_and_refuse_the_chat_decision(db_path: str) -> None:
+    store_run(db_path, "step3", lambda q: len(q) % 4 == 0, lambda q: 40)
+    store_run(db_path, "step4", lambda q: len(q) % 4 == 0, lambda q: 40)
+    for name in ("step3", "step4"):
+        with serve_stream(StreamScript(ttft_s=0.02, interval_s=0.002, n_tokens=40)) as server:
+            text = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
+                           "--workload", "chat", "--n", "2", "--max-tokens", "25", "--db", db_path).stdout
+        assert "2 answers cut at the cap of 25 tokens" in text
+    out = json.loads(run_cli("decide", "step3", "step4", "--db", db_path, "--json").stdout)
+    chat = {w["workload"]: w for w in out["workloads"]}["chat"]
+    assert chat["decision"] == "can't tell yet" and (chat["truncated_a"], chat["truncated_b"]) == (2, 2)
+    assert "cut at the probe's cap (25 and 25 tokens)" in chat["explanation"]
+
+
 def test_speed_text_output_and_bad_input(db_path: str) -> None:
     store_run(db_path, "step3", lambda q: False, lambda q: 40)
     with serve_stream(StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=30)) as server:
