@@ -473,3 +473,14 @@ def find_complete_run(session: Session, endpoint: str, task: str, config_hash: s
         .order_by(Run.id.desc())
     )
     return session.scalars(query).first()
+
+
+def items_in_latest_run(session: Session, endpoint: str, task: str) -> int:
+    """How many items the newest run of `task` on `endpoint` has stored (0 when there is none): a run's progress."""
+    run_id = session.scalars(
+        select(Run.id).join(Endpoint, Run.endpoint_id == Endpoint.id)
+        .where(Endpoint.name == endpoint, Run.task == task).order_by(Run.id.desc())
+    ).first()
+    if run_id is None:
+        return 0
+    return session.scalar(select(func.count()).select_from(Item).where(Item.run_id == run_id)) or 0

@@ -117,7 +117,7 @@ def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, pr
             with contextlib.ExitStack() as up:
                 _launch(up, step, log_dir, times)
                 for spec in todo:
-                    with long_step(_evaluating(step, spec, log_dir), times):
+                    with long_step(evaluation_step(store, step, spec, log_dir), times):
                         run_ids.append(run_evaluation(store, spec, progress=progress).run_id)
                 if speeds:
                     with long_step(_timing(step, speeds, plan, log_dir), times):
@@ -147,11 +147,18 @@ def _server_log(step: LadderStep, log_dir: Path) -> Path | None:
     return step_log_path(log_dir, step.name) if step.launch is not None else None
 
 
-def _evaluating(step: LadderStep, spec: RunSpec, log_dir: Path) -> LongStep:
+def evaluation_step(store: Store, step: LadderStep, spec: RunSpec, log_dir: Path) -> LongStep:
+    """Evaluating one task on one step, as announced; its status lines count the items stored so far."""
     items = f"the first {spec.limit}" if spec.limit else "the default"
+
+    def progress() -> str:
+        with store.session() as session:
+            done = queries.items_in_latest_run(session, step.name, spec.task)
+        return f"{done}{f' of {spec.limit}' if spec.limit else ''} items stored"
+
     return LongStep(f"evaluate {step.name} {spec.task} n={spec.limit or 'default'}",
                     f"evaluating step '{step.name}' on {spec.task}", "no timing on this machine yet",
-                    _server_log(step, log_dir), why=f"{items} items")
+                    _server_log(step, log_dir), why=f"{items} items", progress=progress)
 
 
 def _timing(step: LadderStep, workloads: list[str], plan: LadderPlan, log_dir: Path) -> LongStep:

@@ -19,8 +19,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalsvc.ladder import read_log_tail
@@ -38,13 +38,15 @@ class LongStep:
     """A step worth announcing: `key` names its remembered duration, `doing` is a
     short gerund phrase ("building llama-cpp-python"), `why` an optional word on
     it for the first line, `usual` is said when this machine has no timing for
-    it yet."""
+    it yet. `progress`, when given, says how far the step is ("4 of 10 items
+    stored") in the status lines instead of the log's last line."""
 
     key: str
     doing: str
     usual: str
     log_path: Path | None = None
     why: str = ""
+    progress: Callable[[], str] | None = field(default=None, compare=False)
 
 
 class StepTimes:
@@ -106,8 +108,21 @@ def announcement(step: LongStep, times: StepTimes | None) -> str:
 def heartbeat(step: LongStep, elapsed_s: float) -> str:
     """The line said every interval while the step runs."""
     line = f"still {step.doing}: {format_duration(elapsed_s)} elapsed"
+    progress = _progress(step)
+    if progress:
+        return f"{line}; {progress}"
     last_line = _last_log_line(step.log_path)
     return f"{line}; log's last line: {last_line}" if last_line else line
+
+
+def _progress(step: LongStep) -> str:
+    if step.progress is None:
+        return ""
+    try:
+        return step.progress()
+    except Exception as exc:  # a status line must never stop the step it describes
+        logging.getLogger(__name__).debug("progress of %s unavailable: %s", step.key, exc)
+        return ""
 
 
 @contextlib.contextmanager

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from db.engine import open_store
+from evalsvc.ladder import load_ladder
+from evalsvc.ladder_run import LadderPlan, evaluation_step, step_spec
+from evalsvc.status import heartbeat
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
 from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
@@ -49,6 +53,19 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
         steps = {s["step"]: s for s in json.loads(first.stdout)["steps"]}
         assert steps["broken"]["error"] is not None and "CUDA out of memory" in steps["broken"]["error"]
         assert steps["bf16"]["error"] is None and steps["int4"]["error"] is None
+        # each long part was announced on stderr, with the log it writes to
+        broken_log = tmp_path / "home" / "logs" / "broken.log"
+        assert f"evalsvc: starting step 'broken' (its server, until http://127.0.0.1:9/v1/models answers): " \
+               f"at most 20s, its start timeout; log: {broken_log}" in first.stderr
+        assert "evalsvc: evaluating step 'bf16' on gsm8k (the first 30 items): no timing on this machine yet" \
+            in first.stderr
+        assert "evalsvc: done timing step 'int4' at batch 1 in " in first.stderr
+        assert "evalsvc: done starting step 'broken'" not in first.stderr
+        # status lines while evaluating count what the store holds so far
+        store, bf16 = open_store(db_path), load_ladder(ladder).step("bf16")
+        spec = step_spec(bf16, "gsm8k", LadderPlan(tasks=("gsm8k",), limits={"gsm8k": 30}))
+        assert heartbeat(evaluation_step(store, bf16, spec, tmp_path), 75).endswith("1m15s elapsed; 30 of 30 items stored")
+        store.dispose()
         report = json.loads(first.stdout)["report"]
         assert [(c["step_a"], c["step_b"]) for c in report["comparisons"]] == [("bf16", "int4")]
         # 30 items, then a warm-up and 2 timed prompts for each of math and chat.
@@ -59,15 +76,6 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
         (decision,) = report["decisions"]
         workloads = {w["workload"]: w for w in decision["workloads"]}
         assert workloads["math"]["take_b"] is not None and workloads["chat"]["take_b"] is not None
-
-        # each long part was announced on stderr, with the log it writes to
-        broken_log = tmp_path / "home" / "logs" / "broken.log"
-        assert f"evalsvc: starting step 'broken' (its server, until http://127.0.0.1:9/v1/models answers): " \
-               f"at most 20s, its start timeout; log: {broken_log}" in first.stderr
-        assert "evalsvc: evaluating step 'bf16' on gsm8k (the first 30 items): no timing on this machine yet" \
-            in first.stderr
-        assert "evalsvc: done timing step 'int4' at batch 1 in " in first.stderr
-        assert "evalsvc: done starting step 'broken'" not in first.stderr
 
         second = run_cli(*args)
         assert len(a.requests) == 36 and len(b.requests) == 36  # nothing redone, not even the speed probe

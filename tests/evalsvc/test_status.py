@@ -45,6 +45,19 @@ def test_heartbeat_shows_elapsed_and_the_log_s_last_line(tmp_path: Path) -> None
     assert heartbeat(step, 75) == "still building: 1m15s elapsed; log's last line: [2/9] cc b.c"
 
 
+def test_heartbeat_prefers_the_step_s_own_progress(tmp_path: Path) -> None:
+    log_path = tmp_path / "server.log"
+    log_path.write_text("POST /v1/chat/completions 200 OK\n")
+    counted = LongStep("eval", "evaluating", "a while", log_path, progress=lambda: "4 of 10 items stored")
+    assert heartbeat(counted, 30) == "still evaluating: 30s elapsed; 4 of 10 items stored"
+
+    def broken() -> str:
+        raise OSError("store is locked")
+
+    falls_back = LongStep("eval", "evaluating", "a while", log_path, progress=broken)
+    assert heartbeat(falls_back, 30) == "still evaluating: 30s elapsed; log's last line: POST /v1/chat/completions 200 OK"
+
+
 def test_step_times_survive_a_broken_file(tmp_path: Path) -> None:
     path = tmp_path / "times.json"
     path.write_text("{not json")
