@@ -6,27 +6,41 @@ import json
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from db import queries
 from db.engine import Store, open_store, store_location
 from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
 from harness.client import API_KEY_ENV
-from harness.redact import mask_url, register_secret, register_url_secrets
+from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
 
+TYPED_SECRET_WARNING = ("warning: {what} given with {option} can be read by every local user in the process list; "
+                        "{instead}")
 
 
 def secret_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Option callback: the URL's password and keys are masked in every message of this process from now on."""
     register_url_secrets(value)
+    if value and has_credentials(value):
+        instead = f"set ${param.envvar} instead" if param.envvar else f"give the key in ${API_KEY_ENV} instead"
+        warn_if_typed(ctx, param, "the password or key", instead)
     return value
 
 
 def secret_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Option callback: the value is masked in every message of this process from now on."""
     register_secret(value)
+    if value:
+        warn_if_typed(ctx, param, "the key", f"set ${param.envvar} instead")
     return value
+
+
+def warn_if_typed(ctx: click.Context, param: click.Parameter, what: str, instead: str) -> None:
+    """Say so when a secret came on the command line rather than from the environment."""
+    if param.name and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+        click.echo(TYPED_SECRET_WARNING.format(what=what, option=param.opts[0], instead=instead), err=True)
 
 
 DB_OPTION = click.option(

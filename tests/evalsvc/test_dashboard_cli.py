@@ -36,7 +36,8 @@ def test_store_url_goes_through_the_environment_and_is_masked(monkeypatch: pytes
     assert not any("dashboard-pw-123" in arg for arg in started["argv"])
     assert started["env"]["EVALSVC_DB"] == URL
     assert "postgresql+psycopg://team:***@db.internal/evals" in result.output
-    assert "dashboard-pw-123" not in result.output and "warning" not in result.output
+    assert "dashboard-pw-123" not in result.output and "has no login" not in result.output
+    assert "warning: the password or key given with --db can be read by every local user" in result.output
 
 
 @pytest.mark.parametrize(("address", "warns"), [
