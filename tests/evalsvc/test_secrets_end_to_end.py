@@ -321,6 +321,8 @@ def test_no_secret_on_a_page_in_a_log_in_a_process_list_or_in_the_store(
     assert any(f"Store: {masked_store}" in text for text in pages)
     assert {name: [n for n in needles if n in out] for name, out in outputs.items()} == {n: [] for n in outputs}
     assert files_holding(tmp_path, needles) == {}
+    # The one password typed on a command line was called out.
+    assert "--db can be read by every local user in the process list" in (tmp_path / "dashboard.log").read_text()
     assert len(list((tmp_path / "xdg").rglob("*.json"))) == 1 and len(list((tmp_path / "home").rglob("*.log"))) >= 1
     step_env = json.loads(env_report.read_text())
     assert KEY_ENV in step_env and "EVALSVC_DB" not in step_env and "EVALSVC_API_KEY" not in step_env
