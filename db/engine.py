@@ -16,7 +16,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.redact import MaskedError, mask_text, mask_url
+from harness.errors import UserError
+from harness.redact import mask_text, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = 0x65766C73
 
 
-class StoreError(MaskedError):
+class StoreError(UserError):
     """The store cannot be opened or migrated."""
 
 

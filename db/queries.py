@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import Endpoint, Item, Run, utcnow
+from harness.errors import UserError
 from harness.redact import scrub, strip_credentials
 from harness.types import Completion, ItemResult, Request, Sample
 
@@ -28,18 +29,18 @@ ITEM_COLUMNS = [
 ]
 
 
-class NotFound(LookupError):
+class NotFound(UserError, LookupError):
     """A run or endpoint named on the command line does not exist."""
 
 
 NAME_MAX = 200  # endpoints.name column width
 
 
-class InvalidName(ValueError):
+class InvalidName(UserError, ValueError):
     """An endpoint name the store cannot hold."""
 
 
-class EndpointConflict(Exception):
+class EndpointConflict(UserError):
     """An endpoint name is already bound to a different model."""
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from evalsvc.ladder import read_log_tail
 from evalsvc.status import LongStep, StepTimes, long_step
+from harness.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ sys.exit(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref
 '''
 
 
-class EngineSetupError(RuntimeError):
+class EngineSetupError(UserError, RuntimeError):
     """A step of the embedded engine setup failed; names the step, the command and its log."""
 
     def __init__(self, step: str, message: str, log_path: Path | None = None) -> None:

@@ -56,6 +56,7 @@ from db.engine import DB_ENV
 from evalsvc.servers import STOP_GRACE_S, ServerGuard, launched_on, stop_left_servers
 from evalsvc.watchdog import group_members
 from harness.client import API_KEY_ENV
+from harness.errors import UserError
 from harness.redact import MIN_SECRET_LEN, MaskedError, is_secret_name, known_secrets, scrub_env, url_secrets
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ _LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
 SECRET_ENV = (DB_ENV, API_KEY_ENV)
 
 
-class LadderError(MaskedError, ValueError):
+class LadderError(UserError, ValueError):
     """A ladder file is malformed; the message names the file, the step and the key."""
 
     def __init__(self, source: str, message: str, step: str | None = None, key: str | None = None) -> None:

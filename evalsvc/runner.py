@@ -89,6 +89,16 @@ def check_item_ids(samples: list[Sample]) -> None:
         first_row[sample.item_id] = row
 
 
+def check_sample_count(spec: RunSpec, samples: list[Sample]) -> None:
+    """Raise TaskError for an empty dataset, or a --limit beyond what it holds (never quietly fewer items)."""
+    source = spec.data or f"the {spec.task} data"
+    if not samples:
+        raise TaskError(f"{source} holds no items; give a {spec.task} file with at least one item")
+    if spec.limit is not None and len(samples) < spec.limit:
+        raise TaskError(f"--limit {spec.limit} is more than the {len(samples)} items {source} holds; "
+                        f"give --limit {len(samples)} or leave it out")
+
+
 def dataset_hash(samples: list[Sample]) -> str:
     return stable_hash(*(s.item_hash for s in samples))
 
@@ -103,6 +113,7 @@ async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> Run
     task = get_task(spec.task)
     template = pick_template(task, spec.template)
     samples = task.load_samples(spec.data, spec.limit)
+    check_sample_count(spec, samples)
     check_item_ids(samples)
     async with EndpointClient(
         spec.base_url, spec.model, api_key=spec.api_key, timeout_s=spec.timeout_s,

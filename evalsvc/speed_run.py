@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass, field
 
 from db import queries
@@ -15,7 +16,7 @@ from db.engine import Store
 from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
-from harness.redact import MaskedError
+from harness.errors import UserError
 from harness.speed import PROBE_MAX_TOKENS, SpeedSample, probe_speed_with_spec
 from harness.tasks import get_task, pick_template
 from harness.types import Request
@@ -26,7 +27,7 @@ WORKLOADS = ("math", "code", "chat")
 WORKLOAD_TASK = {"math": "gsm8k", "code": "humaneval"}
 
 
-class SpeedError(MaskedError):
+class SpeedError(UserError):
     """A speed measurement cannot be made or stored."""
 
 
@@ -47,7 +48,7 @@ def workload_prompts(workload: str, n: int, data: str | None, chat_source: str |
     """(prompt id, request) pairs for a workload, built with each task's default template."""
     if workload == "chat":
         return [(p.prompt_id, Request(mode="chat", messages=p.messages))
-                for p in load_chat_prompts(chat_source, limit=n)]
+                for p in load_chat_prompts(chat_source, limit=n, strict=chat_source is not None)]
     if workload not in WORKLOAD_TASK:
         raise SpeedError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
     task = get_task(WORKLOAD_TASK[workload])
@@ -58,10 +59,10 @@ def workload_prompts(workload: str, n: int, data: str | None, chat_source: str |
 
 def measure_speed(store: Store, plan: SpeedPlan, progress: bool = False) -> SpeedRun:
     """Probe the endpoint one request at a time and store every sample."""
+    prompts = workload_prompts(plan.workload, plan.n, plan.data, plan.chat_source)  # bad prompts: nothing stored
     with store.session() as session:
         endpoint = _endpoint(session, plan)
         base_url, model = endpoint.base_url, endpoint.model
-    prompts = workload_prompts(plan.workload, plan.n, plan.data, plan.chat_source)
     samples, spec = asyncio.run(_probe(base_url, model, [r for _, r in prompts], plan, progress))
     failed = sum(not s.ok for s in samples)
     if failed == len(samples):
@@ -101,7 +102,7 @@ async def _fingerprint(plan: SpeedPlan) -> dict:
 
 def record_speed_by_hand(store: Store, endpoint: str, workload: str, tps: float, ttft_s: float, source: str) -> SpeedRun:
     """Store a speed figure that was not measured here, with where it came from."""
-    if tps <= 0 or ttft_s < 0:
+    if not (math.isfinite(tps) and tps > 0 and math.isfinite(ttft_s) and ttft_s >= 0):
         raise SpeedError(f"--tokens-per-second must be positive and --ttft non-negative, got {tps} and {ttft_s}")
     if not source.strip():
         raise SpeedError("a hand-entered speed needs --source saying where the figure comes from")

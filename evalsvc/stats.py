@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from harness.errors import UserError
+
 ITEM_COLUMNS = (
     "run_id", "endpoint", "task", "item_id", "item_hash", "status", "correct", "extracted", "reference",
     "completion_tokens", "reasoning_tokens", "prompt_tokens", "finish_reason", "latency_s",
@@ -40,7 +42,7 @@ ITEM_COLUMNS = (
 _REQUIRED_COLUMNS = ("item_id", "item_hash", "status", "correct")
 
 
-class PairingError(ValueError):
+class PairingError(UserError, ValueError):
     """Two runs cannot be compared item by item."""
 
 

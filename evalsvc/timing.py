@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from harness.errors import UserError
 from harness.speed import SpeedSample
 
 TASK_TIME_MODEL = (
@@ -42,7 +43,7 @@ TASK_TIME_MODEL = (
 _MAX_BOOT_CELLS = 2_000_000  # resampled values held in memory at once
 
 
-class TimingInputError(ValueError):
+class TimingInputError(UserError, ValueError):
     """Inputs to a length or time comparison are unusable (misaligned, too few, empty)."""
 
 

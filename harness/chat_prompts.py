@@ -26,13 +26,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 BUILTIN_ORIGIN = "builtin"
 _ROLE_OF = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
-class ChatPromptError(Exception):
+class ChatPromptError(UserError):
     """A chat prompt source cannot be read."""
 
 
@@ -128,6 +130,9 @@ def load_chat_prompts(
     path = Path(source)
     if path.is_file():
         return _prompts_from_records(_read_jsonl(path), str(path), limit, max_chars)
+    if path.suffix in (".jsonl", ".json") or source.startswith((".", "/", "~")):
+        raise ChatPromptError(f"chat prompts file {source} does not exist; give a JSONL file of chat prompts, "
+                              "a datasets name, or leave --chat-data out for the built-in set")
     try:
         records = _load_dataset_records(source, split, data_files)
         prompts = _prompts_from_records(records, source, limit, max_chars)

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from harness.errors import UnreachableError, UserError
 from harness.redact import MaskedError
 from harness.response import (
     STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, check_text, join_issues, shown, token_bound,
@@ -34,8 +35,12 @@ API_KEY_ENV = "EVALSVC_API_KEY"  # where commands and their child processes find
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-class EndpointError(MaskedError):
+class EndpointError(UserError):
     """The endpoint cannot be used at all (unreachable, not OpenAI-compatible, unknown model)."""
+
+
+class EndpointUnreachable(EndpointError, UnreachableError):
+    """The endpoint does not answer at all (connection refused or timed out, unknown host)."""
 
 
 class RequestFailed(MaskedError):
@@ -108,7 +113,7 @@ class EndpointClient:
         try:
             resp = await self._http.get(url, timeout=15.0)
         except httpx.HTTPError as exc:
-            raise EndpointError(f"endpoint {self.base_url} is unreachable: {_describe(exc)}") from exc
+            raise EndpointUnreachable(f"endpoint {self.base_url} is unreachable: {_describe(exc)}") from exc
         if resp.status_code != 200:
             raise EndpointError(
                 f"endpoint {self.base_url} is not OpenAI-compatible: GET {url} returned HTTP {resp.status_code}"

@@ -101,6 +101,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal, NoReturn, Sequence
 
+from harness.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["bwrap", "process"]
@@ -133,7 +135,7 @@ SOCKET_EVENTS = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendm
 HARNESS_SLACK_S = 10.0
 
 
-class SandboxError(Exception):
+class SandboxError(UserError):
     """The sandbox itself does not work (as opposed to a program failing in it)."""
 
 

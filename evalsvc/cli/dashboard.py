@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from db.engine import DB_ENV, open_store
+from db.engine import DB_ENV, open_store, to_url
 from evalsvc.cli.runs import secret_url
 from harness.redact import mask_url
 
@@ -68,9 +68,9 @@ def dashboard_command(db: str | None, port: int, address: str, open_browser: boo
 
     Example: EVALSVC_DB=postgresql://user:password@host/db evalsvc dashboard --port 8501
     """
-    store = open_store(db, create=False)  # a mistyped --db is refused here, not shown as an empty store
-    url = store.url
-    store.dispose()
+    url = to_url(db)
+    if url.startswith("sqlite"):  # a mistyped path is refused here, not shown as a new empty store
+        open_store(url, create=False).dispose()
     argv = streamlit_argv(find_app(), port, address, headless=not open_browser)
     if not is_loopback(address):
         click.echo(OPEN_ADDRESS_WARNING.format(address=address), err=True)

@@ -10,17 +10,16 @@ from typing import Any
 import click
 
 from db.engine import Store
-from evalsvc.cli import register_errors
+from evalsvc.cli import fail
 from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, task_list, write_store
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, prepare_ladder, run_ladder
 from evalsvc.runner import RunSpec
 from evalsvc.status import LongStep, StepTimes, long_step
+from harness.errors import EXIT_FAILED
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
 
-register_errors("evalsvc.ladder", "LadderError")
-register_errors("evalsvc.embedded", "EngineSetupError")
 
 DEMO_LIMITS = {"gsm8k": 10, "humaneval": 10}
 DEMO_MAX_TOKENS = 384
@@ -88,6 +87,9 @@ def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str
 def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:
     from evalsvc.reports import known_endpoints, ladder_report_for
 
+    if outcomes and all(o.error for o in outcomes):
+        causes = "; ".join(f"{o.step}: {str(o.error).splitlines()[0] if o.error else ''}" for o in outcomes)
+        fail(f"no step of the ladder started, nothing was evaluated ({causes})", EXIT_FAILED)
     report = ladder_report_for(store, known_endpoints(store, [s.name for s in ladder.steps]))
     if as_json:
         steps = [{"step": o.step, "run_ids": list(o.run_ids), "reused": list(o.reused), "error": o.error}

@@ -7,15 +7,11 @@ from typing import Any
 
 import click
 
-from evalsvc.cli import register_errors
-from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, read_store, secret_url, write_store
+from db import queries
+from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
 
-register_errors("evalsvc.stats", "PairingError")
-register_errors("evalsvc.timing", "TimingInputError")
-register_errors("evalsvc.speed_run", "SpeedError")
-register_errors("harness.chat_prompts", "ChatPromptError")
 
 RULE_HELP = (
     "\b\nVerdict rule, from the paired Newcombe 95% interval of accuracy B-A and the task's margin m:\n"
@@ -73,6 +69,7 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, margi
     from evalsvc.compare import render_comparisons_markdown, render_comparisons_text
     from evalsvc.decision import build
 
+    check_two_sides(a, b)
     store = read_store(db)
     comparisons = build.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), _margins(margins), force)
     if as_json:
@@ -111,9 +108,11 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
         raise click.UsageError("give either a LADDER_FILE or --endpoints a,b,c")
     names = [s.name for s in load_ladder(ladder_file).steps] if ladder_file else [
         n.strip() for n in (endpoints or "").split(",") if n.strip()]
-    if len(names) < 2:
-        raise click.UsageError("a report needs at least two steps")
+    check_steps(names, baseline)
     store = read_store(db)
+    with store.session() as session:
+        for name in names:  # an unknown name is an error, never a silently shorter ladder
+            queries.get_endpoint(session, name)
     report = reports.ladder_report_for(store, names, baseline=baseline, margins=_margins(margins), force=force)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, default=str))
@@ -131,28 +130,53 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 @click.option("--model", help="Model id, when the endpoint is not stored yet.")
 @click.option("--data", type=click.Path(), help="Local GSM8K file or folder (math prompts).")
 @click.option("--chat-data", help="Chat prompts: a JSONL file or a datasets name (default: built-in set).")
-@click.option("--tokens-per-second", "tps", type=float, help="Enter a decode speed by hand instead of measuring.")
-@click.option("--ttft", default=0.0, show_default=True, type=float, help="With --tokens-per-second: seconds to first token.")
+@click.option("--tokens-per-second", "tps", type=FiniteNumber(),
+              help="Enter a decode speed by hand instead of measuring.")
+@click.option("--ttft", type=FiniteNumber(or_equal=True),
+              help="With --tokens-per-second: seconds to first token (default 0).")
 @click.option("--source", help="With --tokens-per-second: where the figure comes from.")
 @API_KEY_OPTION
 @DB_OPTION
 @JSON_OPTION
 def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: str | None, model: str | None,
-                  data: str | None, chat_data: str | None, tps: float | None, ttft: float, source: str | None,
+                  data: str | None, chat_data: str | None, tps: float | None, ttft: float | None, source: str | None,
                   api_key: str | None, db: str | None, as_json: bool) -> None:
     """Batch-1 streaming speed of an endpoint on one workload (or a figure entered by hand)."""
     from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand
     from evalsvc.reports import speed_summary
 
+    check_speed_options(tps, ttft, source)
     store = write_store(db) if url and model else read_store(db)
     if tps is not None:
-        run = record_speed_by_hand(store, endpoint, workload, tps, ttft, source or "")
+        run = record_speed_by_hand(store, endpoint, workload, tps, ttft or 0.0, source or "")
     else:
         plan = SpeedPlan(endpoint=endpoint, workload=workload, n=n, max_tokens=max_tokens, data=data,
                          chat_source=chat_data, url=url, model=model, api_key=api_key)
         run = measure_speed(store, plan, progress=not as_json)
     summary = speed_summary(store, run.id)
     click.echo(json.dumps(summary, indent=2) if as_json else format_speed(summary))
+
+
+def check_two_sides(a: str, b: str) -> None:
+    if a == b:
+        raise click.UsageError(f"A and B are both {a!r}; compare two different endpoints or runs")
+
+
+def check_steps(names: list[str], baseline: str | None) -> None:
+    """Usage errors in a report's list of steps: too few, one named twice, a baseline not among them."""
+    if len(names) < 2:
+        raise click.UsageError("a report needs at least two steps")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise click.UsageError(f"{', '.join(map(repr, twice))} is named twice; name each step once, in ladder order")
+    if baseline is not None and baseline not in names:
+        raise click.UsageError(f"--baseline {baseline!r} is not one of the steps: {', '.join(names)}")
+
+
+def check_speed_options(tps: float | None, ttft: float | None, source: str | None) -> None:
+    if tps is None and (ttft is not None or source is not None):
+        raise click.UsageError("--ttft and --source go with --tokens-per-second (a speed entered by hand); "
+                               "leave them out to measure the endpoint")
 
 
 def format_speed(s: dict[str, Any]) -> str:
@@ -204,6 +228,7 @@ def decide_command(a: str, b: str, margins: tuple[str, ...], db: str | None, as_
     """
     from evalsvc import reports
 
+    check_two_sides(a, b)
     store = read_store(db)
     decision = reports.decide_pair(store, a, b, _margins(margins))
     if as_json:

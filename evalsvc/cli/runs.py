@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import click
@@ -56,6 +57,30 @@ API_KEY_OPTION = click.option(
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
+class FiniteNumber(click.ParamType):
+    """A finite number above `low` (or at least `low`, with `or_equal`): nan, inf and out-of-range values are
+    refused at entry, before anything is stored."""
+
+    name = "number"
+
+    def __init__(self, low: float = 0.0, high: float | None = None, or_equal: bool = False) -> None:
+        self.low, self.high, self.or_equal = low, high, or_equal
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        above = number >= self.low if self.or_equal else number > self.low
+        if not (math.isfinite(number) and above and (self.high is None or number <= self.high)):
+            self.fail(f"{value!r} is not {self.describe()}", param, ctx)
+        return number
+
+    def describe(self) -> str:
+        low = f"{'at least' if self.or_equal else 'above'} {self.low:g}"
+        return f"a finite number {low}" + (f" and at most {self.high:g}" if self.high is not None else "")
+
+
 def read_store(db: str | None) -> Store:
     """The existing store for a command that only reads: a mistyped --db is an error, never a new empty store."""
     return open_store(db, create=False)
@@ -88,7 +113,7 @@ def task_list(task: str) -> list[str]:
 @click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=DecodingSettings().seed, show_default=True, type=int)
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
-@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=float,
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=FiniteNumber(),
               help="Seconds each attempt at a request may take in all, reading the reply included.")
 @API_KEY_OPTION
 @click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from harness.errors import UserError
 from harness.types import Completion, ItemResult, Mode, Request, Sample
 
 
-class TaskError(Exception):
+class TaskError(UserError):
     """A task cannot be set up (missing data file, unknown template)."""
 
 

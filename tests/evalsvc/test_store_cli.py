@@ -22,8 +22,8 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def one_line_error(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2 and result.stdout == "", result.output
+def one_line_error(result, code: int = 2) -> str:  # type: ignore[no-untyped-def]
+    assert result.exit_code == code and result.stdout == "", result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return lines[0]
@@ -103,5 +103,5 @@ def test_run_makes_a_store_only_where_told_and_says_so_once(tmp_path: Path) -> N
 def test_a_run_that_fails_before_writing_leaves_no_store(tmp_path: Path) -> None:
     db = tmp_path / "evalsvc.db"
     line = one_line_error(run_cli("run", "--endpoint", "e", "--url", "http://127.0.0.1:9/v1", "--model", "m",
-                                  "--data", GSM8K_TEST, "--db", str(db)))
+                                  "--data", GSM8K_TEST, "--db", str(db)), code=3)
     assert "is unreachable" in line and not db.exists()
