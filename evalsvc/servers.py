@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -200,10 +201,21 @@ def read_records() -> list[LaunchRecord]:
     for path in sorted(folder.glob("*.json")):
         try:
             raw = json.loads(path.read_text())
-            records.append(LaunchRecord(**{**raw, "command": tuple(raw["command"]), "ports": tuple(raw["ports"])}))
+            record = LaunchRecord(**{**raw, "command": tuple(raw["command"]), "ports": tuple(raw["ports"])})
+            _check_record(record, path)
         except (OSError, ValueError, TypeError, KeyError):
             log.warning("skipping unreadable launch record %s", path)
+            continue
+        records.append(record)
     return records
+
+
+def _check_record(record: LaunchRecord, path: Path) -> None:
+    """ValueError unless the record could have come from `ServerGuard.attach` for this file."""
+    if path.name != f"{record.launch_id}.json" or not re.fullmatch(r"[0-9a-f]{32}", record.launch_id):
+        raise ValueError("launch id does not match the file name")
+    if not isinstance(record.pgid, int) or record.pgid <= 1 or not isinstance(record.launcher_pid, int):
+        raise ValueError("not a process group evalsvc could have started")
 
 
 def live_servers() -> list[LaunchRecord]:

@@ -315,6 +315,19 @@ def test_records_of_ended_servers_are_only_looked_at_by_live_servers_and_dropped
     assert servers.stop_left_servers() == [] and servers.read_records() == []
 
 
+@pytest.mark.parametrize("change", [{"pgid": 0}, {"pgid": 1}, {"pgid": -5}, {"launch_id": "../../escape"},
+                                    {"pgid": "12"}])
+def test_a_malformed_record_is_skipped_never_acted_on(home: Path, change: dict) -> None:
+    raw = {"launch_id": uuid.uuid4().hex, "step": "x", "command": ["srv"], "ports": [1], "pgid": os.getpgid(0),
+           "leader_starttime": None, "boot_id": servers.boot_id(), "launcher_pid": 999999999,
+           "launcher_starttime": None, "started_at": time.time(), "log_path": "/dev/null"}
+    name = raw["launch_id"]
+    (home / "launched").mkdir(parents=True)
+    (home / "launched" / f"{name}.json").write_text(json.dumps({**raw, **change}))
+    assert servers.read_records() == []
+    assert servers.stop_left_servers() == [] and (home / "launched" / f"{name}.json").exists()
+
+
 def test_an_unwritable_registry_is_a_warning_and_the_launch_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
