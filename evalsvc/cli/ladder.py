@@ -90,11 +90,14 @@ def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as
     if outcomes and all(o.error for o in outcomes):
         causes = "; ".join(f"{o.step}: {str(o.error).splitlines()[0] if o.error else ''}" for o in outcomes)
         fail(f"no step of the ladder started, nothing was evaluated ({causes})", EXIT_FAILED)
-    report = ladder_report_for(store, known_endpoints(store, [s.name for s in ladder.steps]))
+    with_results = known_endpoints(store, [s.name for s in ladder.steps])
+    # A comparison needs two steps with results: a one-step ladder, or one whose other steps failed, has none.
+    report = ladder_report_for(store, with_results) if len(with_results) >= 2 else None
     if as_json:
         steps = [{"step": o.step, "run_ids": list(o.run_ids), "reused": list(o.reused), "error": o.error}
                  for o in outcomes]
-        click.echo(json.dumps({"db": store.display_url, "steps": steps, "report": report.to_dict()}, indent=2))
+        click.echo(json.dumps({"db": store.display_url, "steps": steps,
+                               "report": report.to_dict() if report is not None else None}, indent=2))
     else:
         print_text(store, report, outcomes)
     if any(o.error for o in outcomes):
@@ -107,7 +110,7 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
             f"runs {', '.join(map(str, o.run_ids))}" + (f" (stored, reused: {', '.join(o.reused)})" if o.reused else ""))
         click.echo(f"step {o.step}: {state}")
     click.echo("")
-    click.echo(report.render_text())
+    click.echo(report.render_text() if report is not None else "fewer than two steps have results: nothing to compare")
     click.echo(f"\nevery item is stored in {store.display_url}")
 
 

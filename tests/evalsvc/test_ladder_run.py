@@ -82,3 +82,21 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
         assert "step bf16: runs 1 (stored, reused: gsm8k)" in second.output
         assert "step broken: failed to start" in second.output
         assert "Cochran's Q" in second.output
+
+
+def test_a_ladder_with_one_step_with_results_runs_and_says_there_is_nothing_to_compare(
+    tmp_path: Path, db_path: str
+) -> None:
+    with FakeOpenAI(gsm8k_oracle(wrong_when)) as a:
+        ladder = write_ladder(tmp_path / "ladder.yaml", a.base_url, a.base_url)
+        text = (tmp_path / "ladder.yaml").read_text()
+        (tmp_path / "ladder.yaml").write_text(text[: text.index("  - name: int4")])  # bf16, broken
+        args = ["ladder", "run", str(ladder), "--task", "gsm8k", "--limit", "5", "--data", GSM8K_TEST,
+                "--db", db_path, "--no-progress"]
+        as_text = run_cli(*args)
+        as_json = run_cli(*args, "--json")
+    assert as_text.exit_code == 1 and as_json.exit_code == 1  # the broken step failed to start
+    assert "step bf16: runs 1" in as_text.output
+    assert "fewer than two steps have results: nothing to compare" in as_text.output
+    out = json.loads(as_json.stdout)
+    assert out["report"] is None and [s["step"] for s in out["steps"]] == ["bf16", "broken"]
