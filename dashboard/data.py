@@ -220,7 +220,7 @@ def _ladder(url: str, steps: tuple[str, ...], run_keys_: tuple[RunKey, ...], spe
     Shared, not copied, like `load_items`.
     """
     try:
-        return build.build_ladder(get_store(url), steps, force=force)
+        return build.build_ladder(get_store(url), steps, force=force, lengths=False)  # no page shows that table
     except (stats.PairingError, queries.NotFound, ValueError) as exc:
         return str(exc)
 
@@ -260,12 +260,13 @@ def pair_length_and_time(
     """Output-length change of any two runs, and the task-time change when both speeds are known,
     computed as the ladder computes them (`build.length_row`, `build.time_change`)."""
     run_a, run_b = (compare.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
-    row = build.length_row(run_a.info.task, run_a.info.endpoint, run_b.info.endpoint, run_a, run_b)
-    if isinstance(row, str):
-        return None, None, row
+    pair = build.pair_tokens(run_a, run_b)
+    row = build.length_row(pair)
+    if isinstance(row, str) or isinstance(pair, str):
+        return None, None, row if isinstance(row, str) else str(pair)
     if speed_a is None or speed_b is None:
         return row.inflation, None, None
-    time = build.time_change(row.tokens, (speed_a, speed_b))
+    time = build.time_change(pair.tokens, (speed_a, speed_b))
     return (row.inflation, None, time) if isinstance(time, str) else (row.inflation, time, None)
 
 

@@ -392,6 +392,17 @@ def measure_length_inflation(
     )
 
 
+def token_ratios(tokens_a: Any, tokens_b: Any, correct_a: Any, correct_b: Any) -> TokenRatios:
+    """`measure_length_inflation(...).ratios` without its intervals and tests: what a step decision needs.
+
+    Same inputs and the same `TimingInputError`s.
+    """
+    a, b, present, both = _length_inputs(tokens_a, tokens_b, correct_a, correct_b, None, None)
+    _check_lengths(a[present], "all items")
+    ratio = float(b[present].mean() / a[present].mean())
+    return TokenRatios(ratio, float(b[both].mean() / a[both].mean()) if _has_both_correct(a, both) else None)
+
+
 def _length_inputs(
     tokens_a: Any, tokens_b: Any, correct_a: Any, correct_b: Any, finish_a: Any, finish_b: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -73,7 +73,7 @@ def render_decisions(url: str, runs: pd.DataFrame, steps: list[str]) -> None:
         "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b, "decision": reports.choice_words(d),
         "accuracy": compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
         "tokens B/A": widgets.num(d.token_ratio, 2),
-        "truncated A/B": f"{d.length.truncated_a}/{d.length.truncated_b}" if d.length else widgets.MISSING,
+        "truncated A/B": f"{d.truncated[0]}/{d.truncated[1]}" if d.truncated else widgets.MISSING,
         "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
         "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
         "why": reports.explain(d),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,8 +59,8 @@ def load_records(session: Session, steps: Sequence[str]) -> list[RunRecord]:
     """Every run of the named endpoints, as picking reads them; unknown names raise `queries.NotFound`."""
     ids = {queries.get_endpoint(session, name).id for name in steps}
     runs = session.scalars(select(Run).where(Run.endpoint_id.in_(ids))).all()
-    return [RunRecord(run_info(r), r.status, r.n_items, (r.finished_at is not None, str(r.finished_at or ""), r.id))
-            for r in runs]
+    # A run still going has no finish time: its start orders it, so it is listed aside when newer than the one used.
+    return [RunRecord(run_info(r), r.status, r.n_items, (str(r.finished_at or r.started_at), r.id)) for r in runs]
 
 
 def _step_runs(session: Session, picked: Picked) -> dict[int, compare.StepRun]:
@@ -122,7 +122,6 @@ class LengthRow:
     run_b: int
     answers_changed: int
     inflation: timing.LengthInflation
-    tokens: tuple[np.ndarray, np.ndarray] = field(repr=False, compare=False, default=(np.empty(0), np.empty(0)))
 
     def to_dict(self) -> dict[str, Any]:
         whole = self.inflation.all_items
@@ -160,9 +159,12 @@ class LadderDecision:
 
 def build_ladder(
     store: Store, steps: Sequence[str], *, baseline: str | None = None, margins: rule.Margins = DEFAULT_MARGINS,
-    force: bool = False, tasks: Sequence[str] = DEFAULT_TASKS,
+    force: bool = False, tasks: Sequence[str] = DEFAULT_TASKS, lengths: bool = True,
 ) -> LadderDecision:
-    """Pick each step's runs, compare every step with the previous one and the baseline, and decide each step up."""
+    """Pick each step's runs, compare every step with the previous one and the baseline, and decide each step up.
+
+    `lengths=False` leaves out the length table (its bootstrap intervals and tests), which no decision reads.
+    """
     if len(steps) < 2:
         raise ValueError(f"a ladder needs at least two steps, got {list(steps)}")
     with store.session() as session:
@@ -175,88 +177,141 @@ def build_ladder(
                                                  if s == step and r.info.run_id in loaded)) for step in steps]
         accuracy = compare.build_ladder_report(ladder, baseline=baseline, margins=margins, force=force,
                                                flip_rates=rates)
-        lengths = _length_rows(picked, loaded, steps)
+        tokens = _pair_tokens(picked, loaded, steps)
+        rows = _length_rows(tokens) if lengths else ()
         endpoints = {name: queries.get_endpoint(session, name) for name in steps}
-        decisions = tuple(_decide_pair(session, endpoints[a], endpoints[b], picked, accuracy, lengths)
+        decisions = tuple(_decide_pair(session, endpoints[a], endpoints[b], picked, accuracy, tokens)
                           for a, b in zip(steps, steps[1:]))
-    return LadderDecision(tuple(steps), margins, picked, accuracy, lengths, decisions)
+    return LadderDecision(tuple(steps), margins, picked, accuracy, rows, decisions)
 
 
-def _length_rows(picked: Picked, loaded: Mapping[int, compare.StepRun], steps: Sequence[str]) -> tuple[LengthRow, ...]:
-    rows = []
-    for task in picked.tasks():
-        for a, b in zip(steps, steps[1:]):
-            run_a, run_b = picked.run(task, a), picked.run(task, b)
-            if run_a is None or run_b is None:
-                continue
-            row = length_row(task, a, b, loaded[run_a.info.run_id], loaded[run_b.info.run_id])
-            if isinstance(row, str):
-                log.info("no length figures for %s %s -> %s: %s", task, a, b, row)
-            else:
-                rows.append(row)
-    return tuple(rows)
+@dataclass(frozen=True, eq=False)
+class PairTokens:
+    """Output tokens, correctness, finish reasons and extracted answers of two runs on the items both answered."""
+
+    task: str
+    step_a: str
+    step_b: str
+    run_a: int
+    run_b: int
+    tokens: tuple[np.ndarray, np.ndarray]
+    correct: tuple[np.ndarray, np.ndarray]
+    finish: tuple[np.ndarray, np.ndarray]
+    extracted: tuple[np.ndarray, np.ndarray]
+
+    @property
+    def truncated(self) -> tuple[int, int]:
+        return int(np.sum(self.finish[0] == "length")), int(np.sum(self.finish[1] == "length"))
 
 
-def length_row(task: str, a: str, b: str, run_a: compare.StepRun, run_b: compare.StepRun) -> LengthRow | str:
-    """Output tokens of B over A on the items both answered, and how many answers changed; or why not."""
+def pair_tokens(run_a: compare.StepRun, run_b: compare.StepRun) -> PairTokens | str:
+    """The two runs' paired output figures; or why they do not pair."""
     try:
         paired = stats.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
                                  arrays=(run_a.arrays, run_b.arrays))
     except stats.PairingError as exc:
         return str(exc)
     tokens_a, tokens_b = paired.values("completion_tokens")
-    extracted_a, extracted_b = paired.values("extracted")
-    changed = int(sum((x or "") != (y or "") for x, y in zip(extracted_a, extracted_b)))
+    return PairTokens(run_a.info.task, run_a.info.endpoint, run_b.info.endpoint, run_a.info.run_id,
+                      run_b.info.run_id, (np.asarray(tokens_a, dtype=float), np.asarray(tokens_b, dtype=float)),
+                      paired.correct(), paired.values("finish_reason"), paired.values("extracted"))
+
+
+def _pair_tokens(picked: Picked, loaded: Mapping[int, compare.StepRun], steps: Sequence[str]) -> dict[
+        tuple[str, str, str], PairTokens | str]:
+    """(task, step A, step B) -> paired output figures, for every step up with a run on both sides."""
+    found: dict[tuple[str, str, str], PairTokens | str] = {}
+    for task in picked.tasks():
+        for a, b in zip(steps, steps[1:]):
+            run_a, run_b = picked.run(task, a), picked.run(task, b)
+            if run_a is not None and run_b is not None:
+                found[(task, a, b)] = pair_tokens(loaded[run_a.info.run_id], loaded[run_b.info.run_id])
+    return found
+
+
+def _length_rows(tokens: Mapping[tuple[str, str, str], PairTokens | str]) -> tuple[LengthRow, ...]:
+    rows = []
+    for key, pair in tokens.items():
+        row = length_row(pair)
+        if isinstance(row, str):
+            log.info("no length figures for %s %s -> %s: %s", *key, row)
+        else:
+            rows.append(row)
+    return tuple(rows)
+
+
+def length_row(pair: PairTokens | str) -> LengthRow | str:
+    """Output tokens of B over A with intervals and tests, and how many answers changed; or why not."""
+    if isinstance(pair, str):
+        return pair
+    changed = int(sum((x or "") != (y or "") for x, y in zip(*pair.extracted)))
     try:
-        inflation = timing.measure_length_inflation(tokens_a, tokens_b, *paired.correct(),
-                                                    *paired.values("finish_reason"))
+        inflation = timing.measure_length_inflation(*pair.tokens, *pair.correct, *pair.finish)
     except timing.TimingInputError as exc:
         return str(exc)
-    tokens = (np.asarray(tokens_a, dtype=float), np.asarray(tokens_b, dtype=float))
-    return LengthRow(task, a, b, run_a.info.run_id, run_b.info.run_id, changed, inflation, tokens)
+    return LengthRow(pair.task, pair.step_a, pair.step_b, pair.run_a, pair.run_b, changed, inflation)
 
 
 # -- decisions --------------------------------------------------------------------------------
 
 
 def _decide_pair(session: Session, ep_a: Endpoint, ep_b: Endpoint, picked: Picked, accuracy: compare.LadderReport,
-                 lengths: Sequence[LengthRow]) -> PairChoice:
+                 tokens: Mapping[tuple[str, str, str], PairTokens | str]) -> PairChoice:
     out = []
     for workload in WORKLOADS:
         task = next((t for t, w in TASK_WORKLOAD.items() if w == workload), None)
         if task is None:
             out.append(_decide_chat(session, ep_a, ep_b, accuracy))
         else:
-            out.append(_decide_task(session, task, ep_a, ep_b, picked, accuracy, lengths))
+            out.append(_decide_task(session, task, ep_a, ep_b, picked, accuracy, tokens.get((task, ep_a.name,
+                                                                                               ep_b.name))))
     return PairChoice(ep_a.name, ep_b.name, tuple(out))
 
 
 def _speeds(session: Session, workload: str, ep_a: Endpoint, ep_b: Endpoint) -> tuple[list[Any], list[Reason]]:
-    speeds = [endpoint_speed(session, ep, workload) for ep in (ep_a, ep_b)]
+    speeds = [_speed(session, ep, workload) for ep in (ep_a, ep_b)]
     return speeds, [Reason(ReasonKind.NO_SPEED, s) for s in speeds if isinstance(s, str)]
 
 
+def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | str:
+    """`endpoint_speed`, read once per session: a ladder asks for each step's speeds twice."""
+    memo = session.info.setdefault("evalsvc_speeds", {})
+    key = (endpoint.id, workload)
+    if key not in memo:
+        memo[key] = endpoint_speed(session, endpoint, workload)
+    return memo[key]
+
+
+def _ratios(tokens: tuple[Any, Any], correct: tuple[Any, Any], missing: list[Reason]) -> timing.TokenRatios | None:
+    try:
+        return timing.token_ratios(*tokens, *correct)
+    except timing.TimingInputError as exc:
+        missing.append(Reason(ReasonKind.NO_LENGTHS, str(exc)))
+        return None
+
+
 def _decide_task(session: Session, task: str, ep_a: Endpoint, ep_b: Endpoint, picked: Picked,
-                 accuracy: compare.LadderReport, lengths: Sequence[LengthRow]) -> WorkloadDecision:
+                 accuracy: compare.LadderReport, pair: PairTokens | str | None) -> WorkloadDecision:
     workload = TASK_WORKLOAD[task]
     a, b = ep_a.name, ep_b.name
     missing = [Reason(ReasonKind.NO_RUN, picked.why_missing(task, step)) for step in (a, b)
                if picked.run(task, step) is None]
     entry = accuracy.entry(task, a, b)
     if entry is None:
-        return decide_workload(workload, a, b, accuracy=None, accuracy_from=task, length=None, time=None,
+        return decide_workload(workload, a, b, accuracy=None, accuracy_from=task, tokens=None, time=None,
                                missing=missing or [Reason(ReasonKind.NO_RUN, f"no paired {task} runs of {a} and {b}")])
     comparison = entry.comparison
-    row = next((r for r in lengths if (r.task, r.step_a, r.step_b) == (task, a, b)), None)
     speeds, missing = _speeds(session, workload, ep_a, ep_b)
-    if row is None:
-        missing.append(Reason(ReasonKind.NO_LENGTHS, f"no usable {task} token counts for {a} and {b}"))
-    time = None
-    if row is not None and not missing:
-        time = _time_or_reason(row.tokens, speeds, missing)
-    return decide_workload(workload, a, b, accuracy=comparison, accuracy_from=task,
-                           length=row.inflation if row else None, time=time, missing=missing,
-                           settle=comparison.settle)
+    ratios, time, truncated = None, None, None
+    if not isinstance(pair, PairTokens):
+        missing.append(Reason(ReasonKind.NO_LENGTHS, pair or f"no usable {task} token counts for {a} and {b}"))
+    else:
+        truncated = pair.truncated
+        ratios = _ratios(pair.tokens, pair.correct, missing)
+        if not missing:
+            time = _time_or_reason(pair.tokens, speeds, missing)
+    return decide_workload(workload, a, b, accuracy=comparison, accuracy_from=task, tokens=ratios, time=time,
+                           truncated=truncated, missing=missing, settle=comparison.settle)
 
 
 def _decide_chat(session: Session, ep_a: Endpoint, ep_b: Endpoint,
@@ -267,19 +322,22 @@ def _decide_chat(session: Session, ep_a: Endpoint, ep_b: Endpoint,
     speeds, missing = _speeds(session, "chat", ep_a, ep_b)
     if worst is None:
         missing.insert(0, Reason(ReasonKind.NO_RUN, "no accuracy comparison of the two steps to stand in for chat"))
-    found = chat_lengths(session, ep_a, ep_b)
-    length, time = None, None
+    found = chat_tokens(session, ep_a, ep_b)
+    ratios, time, truncated = None, None, None
     if isinstance(found, str):
         if not any(r.kind is ReasonKind.NO_SPEED for r in missing):  # a missing probe is said once
             missing.append(Reason(ReasonKind.NO_LENGTHS, found))
     else:
-        length, tokens, cut = found
+        tokens, truncated, cut = found
+        ones = np.ones(len(tokens[0]), dtype=bool)
+        ratios = _ratios(tokens, (ones, ones), missing)
         if cut is not None:
             missing.append(cut)
         elif not missing:
             time = _time_or_reason(tokens, speeds, missing)
     return decide_workload("chat", a, b, accuracy=worst, accuracy_from=worst.task if worst else None,
-                           length=length, time=time, missing=missing, settle=worst.settle if worst else None)
+                           tokens=ratios, time=time, truncated=truncated, missing=missing,
+                           settle=worst.settle if worst else None)
 
 
 def _chat_frame(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> tuple[pd.DataFrame, list[SpeedRun]] | str:
@@ -295,32 +353,27 @@ def _chat_frame(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> tuple[pd.Da
     return joined.reset_index(drop=True), [r for r in runs if r is not None]
 
 
-ChatLengths = tuple[timing.LengthInflation, tuple[np.ndarray, np.ndarray], Reason | None]
+ChatTokens = tuple[tuple[np.ndarray, np.ndarray], tuple[int, int], Reason | None]
 
 
-def chat_lengths(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> ChatLengths | str:
-    """Chat output tokens of B over A from the two latest chat probes, paired by prompt: the length figures,
-    the paired token arrays, and a refusal when any paired answer was cut by the probe's cap (a cut answer
-    understates how much a step writes); or why there are none."""
+def chat_tokens(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> ChatTokens | str:
+    """Chat output tokens of A and B from the two latest chat probes, paired by prompt; how many answers of
+    each the probe's cap cut; and a refusal when any was cut (a cut answer understates how much a step
+    writes); or why there are none."""
     found = _chat_frame(session, ep_a, ep_b)
     if isinstance(found, str):
         return found
     joined, runs = found
-    ones = np.ones(len(joined), dtype=bool)
-    try:
-        length = timing.measure_length_inflation(joined.tokens_a, joined.tokens_b, ones, ones,
-                                                 joined.finish_a, joined.finish_b)
-    except timing.TimingInputError as exc:
-        return f"chat probe lengths unusable: {exc}"
     tokens = (joined.tokens_a.to_numpy(dtype=float, na_value=np.nan),
               joined.tokens_b.to_numpy(dtype=float, na_value=np.nan))
-    if not (length.truncated_a or length.truncated_b):
-        return length, tokens, None
+    cut = (int((joined.finish_a == "length").sum()), int((joined.finish_b == "length").sum()))
+    if not any(cut):
+        return tokens, cut, None
     caps = " and ".join(str(r.max_tokens) for r in runs)
-    return length, tokens, Reason(ReasonKind.TRUNCATED, (
-        f"{length.truncated_a} chat answers of {ep_a.name} and {length.truncated_b} of {ep_b.name} (of "
-        f"{len(joined)} paired prompts) were cut at the probe's cap ({caps} tokens), which biases the length "
-        "ratio; measure again with a larger --max-tokens"))
+    return tokens, cut, Reason(ReasonKind.TRUNCATED, (
+        f"{cut[0]} chat answers of {ep_a.name} and {cut[1]} of {ep_b.name} (of {len(joined)} paired prompts) "
+        f"were cut at the probe's cap ({caps} tokens), which biases the length ratio; measure again with a "
+        "larger --max-tokens"))
 
 
 def time_change(tokens: tuple[np.ndarray, np.ndarray],

@@ -80,8 +80,9 @@ class WorkloadDecision:
     accuracy: Comparison | None = None
     accuracy_from: str | None = None
     settle: Settle | None = None
-    length: timing.LengthInflation | None = None
+    tokens: timing.TokenRatios | None = None
     time: timing.TaskTimeChange | None = None
+    truncated: tuple[int, int] | None = None  # answers of A and of B cut by the cap, where counted
 
     @property
     def take_b(self) -> bool | None:
@@ -93,7 +94,7 @@ class WorkloadDecision:
 
     @property
     def token_ratio(self) -> float | None:
-        return self.length.all_items.ratio_of_means if self.length else None
+        return self.tokens.all_items if self.tokens else None
 
     def to_dict(self) -> dict[str, Any]:
         t = self.time
@@ -102,8 +103,9 @@ class WorkloadDecision:
             "take_b": self.take_b, "reasons": [r.to_dict() for r in self.reasons],
             "accuracy_verdict": self.verdict.value if self.verdict else None, "accuracy_from": self.accuracy_from,
             "token_ratio": self.token_ratio,
-            "truncated_a": self.length.truncated_a if self.length else None,
-            "truncated_b": self.length.truncated_b if self.length else None,
+            "token_ratio_both_correct": self.tokens.both_correct if self.tokens else None,
+            "truncated_a": self.truncated[0] if self.truncated else None,
+            "truncated_b": self.truncated[1] if self.truncated else None,
             "time_ratio": t.ratio if t else None, "time_ci": list(t.ci) if t else None,
             "speed_ratio": t.speed_ratio if t else None,
             "settle": _settle_dict(self.settle),
@@ -160,8 +162,8 @@ def combine(reasons: Sequence[Reason]) -> Choice:
 
 def decide_workload(
     workload: str, step_a: str, step_b: str, *, accuracy: Comparison | None, accuracy_from: str | None,
-    length: timing.LengthInflation | None, time: timing.TaskTimeChange | None,
-    missing: Sequence[Reason] = (), settle: Settle | None = None,
+    tokens: timing.TokenRatios | None, time: timing.TaskTimeChange | None,
+    truncated: tuple[int, int] | None = None, missing: Sequence[Reason] = (), settle: Settle | None = None,
 ) -> WorkloadDecision:
     """The decision from what is known; `missing` lists evidence that could not be had, and why."""
     reasons = list(missing)
@@ -171,4 +173,4 @@ def decide_workload(
         reasons.append(time_reason(time))
     keep_settle = settle if accuracy is not None and accuracy.verdict is Verdict.INCONCLUSIVE else None
     return WorkloadDecision(workload, step_a, step_b, combine(reasons), tuple(reasons), accuracy, accuracy_from,
-                            keep_settle, length, time)
+                            keep_settle, tokens, time, truncated)

@@ -13,7 +13,7 @@ from evalsvc.decision import rule
 from evalsvc.decision.pick import AsideReason, RunRecord, pick_runs
 from evalsvc.decision.rule import Verdict
 from evalsvc.decision.workload import Choice, Reason, ReasonKind, decide_workload
-from evalsvc.timing import compare_task_time, measure_length_inflation
+from evalsvc.timing import compare_task_time, token_ratios
 from tests.evalsvc.test_compare import compare_table
 from tests.evalsvc.test_timing import simulate
 
@@ -121,9 +121,9 @@ def _pairing(table: stats.Table2x2) -> stats.Paired:
 
 def decide(table: stats.Table2x2, w, margin: float = 0.02, workload: str = "math"):  # type: ignore[no-untyped-def]
     c = compare_table(table, margin=margin)
-    length = measure_length_inflation(w.tokens_a, w.tokens_b, w.correct_a, w.correct_b, n_boot=300)
+    tokens = token_ratios(w.tokens_a, w.tokens_b, w.correct_a, w.correct_b)
     time = compare_task_time(w.tokens_a, w.tokens_b, w.speed_a, w.speed_b, n_boot=300)
-    return decide_workload(workload, "A", "B", accuracy=c, accuracy_from="gsm8k", length=length, time=time,
+    return decide_workload(workload, "A", "B", accuracy=c, accuracy_from="gsm8k", tokens=tokens, time=time,
                            settle=c.settle)
 
 
@@ -171,7 +171,7 @@ def test_time_interval_across_one_cannot_tell() -> None:
 
 
 def test_missing_evidence_cannot_tell() -> None:
-    d = decide_workload("chat", "A", "B", accuracy=None, accuracy_from=None, length=None, time=None,
+    d = decide_workload("chat", "A", "B", accuracy=None, accuracy_from=None, tokens=None, time=None,
                         missing=[Reason(ReasonKind.NO_SPEED, "no chat speed for A")])
     assert d.choice is Choice.CANT_TELL and d.to_dict()["reasons"][0]["note"] == "no chat speed for A"
 

@@ -13,6 +13,7 @@ import pytest
 from dashboard import data
 from db import queries
 from db.engine import Store, open_store
+from db.models import Run
 from db.speed import add_speed_run
 from harness.speed import SpeedSample
 from harness.types import DecodingSettings
@@ -119,7 +120,9 @@ def test_chat_answers_cut_by_the_probe_cap_refuse_the_chat_decision(scenario_db:
 # --- runs set aside ------------------------------------------------------------------------
 
 
-def test_a_rerun_with_other_settings_and_small_or_unfinished_runs_are_set_aside(scenario_db: str) -> None:
+def test_a_rerun_with_other_settings_and_small_or_unfinished_runs_are_set_aside(
+    scenario_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = open_store(scenario_db)
     later = seed.START + timedelta(days=1)
     math_samples = [seed.gsm8k_sample(i) for i in range(seed.GSM8K_N)]
@@ -127,15 +130,29 @@ def test_a_rerun_with_other_settings_and_small_or_unfinished_runs_are_set_aside(
                          settings=DecodingSettings(max_tokens=1024))
     smoke = seed.add_run(store, "s3", "gsm8k", math_samples[:5], math_run("s3")[:5], finished_at=later)
     broken = seed.add_run(store, "s4", "gsm8k", math_samples[:50], math_run("s4")[:50], status="interrupted")
+    going = seed.add_run(store, "s1", "gsm8k", math_samples[:50], math_run("s1")[:50], status="running",
+                         settings=DecodingSettings(max_tokens=4096))
+    with store.session() as session:  # still being written: started, never finished
+        run = session.get(Run, going)
+        run.finished_at, run.started_at = None, later
+        session.commit()
     store.dispose()
     report = cli_json("report", "--endpoints", ",".join(STEPS), "--db", scenario_db)
     aside = {a["run_id"]: a["reason"] for a in report["set_aside"]}
-    assert aside == {rerun: "other settings", smoke: "fewer items", broken: "unfinished"}
+    assert aside == {rerun: "other settings", smoke: "fewer items", broken: "unfinished", going: "unfinished"}
     assert all(c["n_paired"] == seed.GSM8K_N for c in report["comparisons"] if c["task"] == "gsm8k")
     for pair in report["decisions"]:
         assert {w["workload"]: w["decision"] for w in pair["workloads"]}["math"] == "take B"
     q = report["cochran_q"]["gsm8k"]
     assert (q["n_items"], q["statistic"]) == (seed.GSM8K_N, 0.0)
+    # The dashboard keeps every decision and lists the three runs aside.
+    at = open_app(monkeypatch, scenario_db)
+    headings = [m.value for m in at.markdown if m.value.startswith("####")]
+    assert headings == [r"#### math (gsm8k): ship **s4**", r"#### code (humaneval): ship **s3**",
+                        r"#### chat: ship **s4**"]
+    assert not at.warning
+    aside_table = next(df.value for df in at.dataframe if "set aside" in df.value.columns)
+    assert sorted(aside_table["run"].astype(int)) == sorted([rerun, smoke, broken, going])
 
 
 def test_a_step_with_only_other_settings_loses_only_its_task_and_pairs(scenario_db: str) -> None:

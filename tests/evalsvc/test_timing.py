@@ -346,3 +346,29 @@ def test_large_sample_wilcoxon_matches_scipy(seed: int) -> None:
     statistic, p = timing._wilcoxon(diffs)
     expected = sps.wilcoxon(diffs, zero_method="wilcox", method="approx")
     assert statistic == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_token_ratios_are_the_point_figures_of_the_full_measurement(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 300))
+    a = rng.integers(0, 800, n).astype(float)
+    b = rng.integers(0, 800, n).astype(float)
+    a[rng.random(n) < 0.05] = np.nan  # failed requests
+    correct_a, correct_b = rng.random(n) < 0.6, rng.random(n) < 0.6
+    try:
+        full = measure_length_inflation(a, b, correct_a, correct_b, n_boot=50)
+    except timing.TimingInputError as exc:
+        with pytest.raises(timing.TimingInputError, match=str(exc)[:30]):
+            timing.token_ratios(a, b, correct_a, correct_b)
+        return
+    assert timing.token_ratios(a, b, correct_a, correct_b) == full.ratios
+
+
+def test_token_ratios_refuse_what_the_full_measurement_refuses() -> None:
+    with pytest.raises(timing.TimingInputError, match="at least 2 paired items"):
+        timing.token_ratios([10.0], [12.0], [True], [True])
+    with pytest.raises(timing.TimingInputError, match="wrote no tokens"):
+        timing.token_ratios([0.0, 0.0], [5.0, 6.0], [True, True], [True, True])
+    assert timing.token_ratios([10.0, 20.0, 30.0], [20.0, 20.0, 60.0], [True, False, True], [True, True, True]) == \
+        timing.TokenRatios(100 / 60, 80 / 40)
