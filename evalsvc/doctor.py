@@ -149,12 +149,30 @@ def check_chromium() -> Check:
     return Check("Chromium", True, "ok", f"{path}, with Playwright", needed, required=False)
 
 
+def check_launched_servers() -> Check:
+    """Servers evalsvc launched that are still alive: in use by a running evalsvc, or left behind by one that died."""
+    from evalsvc.servers import live_servers, registry_dir
+
+    needed = "ladder runs"
+    live = live_servers()
+    if not live:
+        return Check("launched servers", True, "none", f"no server evalsvc launched is running (records in "
+                     f"{registry_dir()})", needed, required=False)
+    left = [r for r in live if not r.launcher_alive]
+    detail = "; ".join(f"{r.describe()}, {'in use by' if r.launcher_alive else 'LEFT BEHIND by'} evalsvc pid "
+                       f"{r.launcher_pid}" for r in live)
+    if left:
+        groups = " ".join(f"-{r.pgid}" for r in left)
+        return Check("launched servers", False, f"{len(left)} left running", detail, needed, required=False,
+                     fix=f"the next `evalsvc ladder run` stops them; to stop them now: kill -TERM -- {groups}")
+    return Check("launched servers", True, f"{len(live)} in use", detail, needed, required=False)
+
+
 def run_checks(db: str | None = None, extra: tuple[Callable[[], Check], ...] = ()) -> list[Check]:
     """Every check, in the table's order."""
     checks: list[Callable[[], Check]] = [
         check_sandbox, check_bubblewrap, check_engine, check_gsm8k, check_humaneval,
-        lambda: check_store(db), check_chromium,
-        # Servers evalsvc launched that are still alive: that check goes here.
+        lambda: check_store(db), check_chromium, check_launched_servers,
         *extra,
     ]
     return [check() for check in checks]

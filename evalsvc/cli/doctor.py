@@ -17,8 +17,8 @@ EXIT_MISSING = 1
 @DB_OPTION
 @JSON_OPTION
 def doctor_command(db: str | None, as_json: bool) -> None:
-    """Check what a run needs (sandbox, bubblewrap, engine, offline data, store, browser) and say how to fix
-    what is missing; exits 1 when a run could not go on.
+    """Check what a run needs (sandbox, bubblewrap, engine, offline data, store, browser), list the servers
+    evalsvc launched that still run, and say how to fix what is missing; exits 1 when a run could not go on.
 
     Example: evalsvc doctor --json
     """

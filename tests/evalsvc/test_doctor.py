@@ -17,7 +17,8 @@ from db.engine import MIGRATIONS, open_store
 from evalsvc.doctor import check_engine, check_gsm8k, check_store
 from tests.conftest import ROOT, run_cli
 
-ROWS = ["sandbox self-check", "bubblewrap", "embedded engine", "GSM8K data", "HumanEval data", "store", "Chromium"]
+ROWS = ["sandbox self-check", "bubblewrap", "embedded engine", "GSM8K data", "HumanEval data", "store", "Chromium",
+        "launched servers"]
 
 
 def alembic_config() -> Config:

@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from evalsvc import servers
+from evalsvc.doctor import check_launched_servers
 from evalsvc.watchdog import proc_stat, process_alive
 from evalsvc.ladder import LadderStep, LaunchSpec, PortInUseError, launch_step, port_is_free
 from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, tagged_processes, wait_until_gone
@@ -341,6 +342,39 @@ def test_an_unwritable_registry_is_a_warning_and_the_launch_goes_on(
             assert len(tagged_processes(tag)) == 2
     assert "cannot record the launch of step 'served'" in caplog.text
     assert tagged_processes(tag) == []
+
+
+def test_doctor_lists_a_server_in_use_then_one_left_behind_which_the_next_launch_stops(
+    tmp_path: Path, home: Path
+) -> None:
+    assert check_launched_servers().status == "none"
+    tag = uuid.uuid4().hex
+    with launch_step(fake_step(tmp_path, free_port(), tag), tmp_path / "logs", poll_interval_s=0.1) as launched:
+        in_use = check_launched_servers()
+        assert (in_use.ok, in_use.status) == (True, "1 in use")
+        assert f"process group {launched.pid}" in in_use.detail and f"in use by evalsvc pid {os.getpid()}" in in_use.detail
+
+    # A server whose launcher is gone: its process carries the launch id, its launcher's pid is a dead process.
+    launch_id, dead = uuid.uuid4().hex, subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                            env={**os.environ, "EVALSVC_LAUNCH_ID": launch_id, "EVALSVC_TEST_TAG": tag})
+    try:
+        servers.write_record(servers.LaunchRecord(
+            launch_id=launch_id, step="orphan", command=("srv",), ports=(1234,), pgid=left.pid,
+            leader_starttime=proc_stat(left.pid).starttime, boot_id=servers.boot_id(), launcher_pid=dead.pid,
+            launcher_starttime=None, started_at=time.time(), log_path="/dev/null",
+        ))
+        row = check_launched_servers()
+        assert (row.ok, row.status, row.required) == (False, "1 left running", False)
+        assert "step 'orphan'" in row.detail and f"LEFT BEHIND by evalsvc pid {dead.pid}" in row.detail
+        assert row.fix.endswith(f"kill -TERM -- -{left.pid}")
+        (stopped,) = servers.stop_left_servers()
+        assert stopped.launch_id == launch_id and left.wait(timeout=30) == -signal.SIGTERM
+        assert check_launched_servers().status == "none" and servers.read_records() == []
+    finally:
+        left.kill()
+        left.wait()
 
 
 def take_terminal() -> None:
