@@ -75,7 +75,12 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
         assert lengths["answers_changed"] == sum(wrong_when(q) for q in list(gsm8k_answers())[:30])
         (decision,) = report["decisions"]
         workloads = {w["workload"]: w for w in decision["workloads"]}
-        assert workloads["math"]["take_b"] is not None and workloads["chat"]["take_b"] is not None
+        # Both steps' speeds were measured and used (two timed prompts on a busy machine: the time ratio, and so
+        # whether B is stopped or not settled, varies); 30 items cannot settle a 2-point margin, so B is never taken.
+        for name in ("math", "chat"):
+            assert workloads[name]["time_ratio"] is not None
+            assert workloads[name]["decision"] in ("stop at A", "can't tell yet")
+            assert [r["kind"] for r in workloads[name]["reasons"]][0] == "accuracy_inconclusive"
 
         second = run_cli(*args)
         assert len(a.requests) == 36 and len(b.requests) == 36  # nothing redone, not even the speed probe
