@@ -15,7 +15,9 @@ Every launch is guarded three ways, so that no server outlives its run:
 A process is taken for a launched server only with proof: it is the recorded
 group leader with its recorded start time (so a reused pid does not count),
 or its environment carries the launch id. Anything else, whatever port it
-holds, is never touched.
+holds, is never touched. The proof comes from /proc: without it (not Linux)
+the watchdog takes the group id its launcher gave it on trust, and the
+registry proves nothing alive, so it stops nothing.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ class ServerGuard:
                 self._watchdog = subprocess.Popen(
                     [sys.executable, "-I", "-S", watchdog.__file__, str(read_end), self.launch_id, str(self.grace_s)],
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, pass_fds=(read_end,),
-                    start_new_session=True,
+                    start_new_session=True, env={},  # it needs no variable, so it holds none of the runner's secrets
                 )
         except BaseException:
             os.close(self._pipe)

@@ -116,32 +116,47 @@ def group_is_launch(pgid: int, leader_starttime: int | None, launch_id: str) -> 
     return any(carries_launch(pid, launch_id) for pid in members)
 
 
-def server_left(pgid: int | None, leader_starttime: int | None, launch_id: str) -> bool:
-    """True while anything of the launched server is alive."""
-    if pgid is not None and group_is_launch(pgid, leader_starttime, launch_id):
+def _group_is_launch(pgid: int | None, leader_starttime: int | None, launch_id: str, trust_group: bool) -> bool:
+    if pgid is None:
+        return False
+    if trust_group and not _PROC.is_dir():  # nothing to prove it with: the launcher's word must do
+        return bool(group_members(pgid))
+    return group_is_launch(pgid, leader_starttime, launch_id)
+
+
+def server_left(pgid: int | None, leader_starttime: int | None, launch_id: str, trust_group: bool = False) -> bool:
+    """True while anything of the launched server is alive.
+
+    `trust_group`: without /proc (not Linux) take group `pgid` for the
+    launch's while it exists; only the watchdog, told the id by its launcher
+    a moment ago, may.
+    """
+    if _group_is_launch(pgid, leader_starttime, launch_id, trust_group):
         return True
     return bool(launched_processes(launch_id))
 
 
-def stop_server(pgid: int | None, leader_starttime: int | None, launch_id: str, grace_s: float) -> bool:
+def stop_server(pgid: int | None, leader_starttime: int | None, launch_id: str, grace_s: float,
+                trust_group: bool = False) -> bool:
     """SIGTERM the launch's group and marked processes, SIGKILL what is left after `grace_s`.
 
     Returns True when nothing of the server is left at the end.
     """
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
-        _signal_launch(pgid, leader_starttime, launch_id, sig)
+        _signal_launch(pgid, leader_starttime, launch_id, sig, trust_group)
         deadline = time.monotonic() + wait_s
-        while server_left(pgid, leader_starttime, launch_id):
+        while server_left(pgid, leader_starttime, launch_id, trust_group):
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
         else:
             return True
-    return not server_left(pgid, leader_starttime, launch_id)
+    return not server_left(pgid, leader_starttime, launch_id, trust_group)
 
 
-def _signal_launch(pgid: int | None, leader_starttime: int | None, launch_id: str, sig: signal.Signals) -> None:
-    if pgid is not None and group_is_launch(pgid, leader_starttime, launch_id):
+def _signal_launch(pgid: int | None, leader_starttime: int | None, launch_id: str, sig: signal.Signals,
+                   trust_group: bool) -> None:
+    if pgid is not None and _group_is_launch(pgid, leader_starttime, launch_id, trust_group):
         _quiet(os.killpg, pgid, sig)
     for pid in launched_processes(launch_id):
         _quiet(os.kill, pid, sig)
@@ -170,11 +185,11 @@ def watch(fd: int, launch_id: str, grace_s: float) -> None:
                 pgid = int(pending.split(b"\n", 1)[0])
                 stat = proc_stat(pgid)
                 starttime = stat.starttime if stat is not None else None
-        elif pgid is not None and not server_left(pgid, starttime, launch_id):
+        elif pgid is not None and not server_left(pgid, starttime, launch_id, trust_group=True):
             return  # the server ended by itself; nothing left to guard
-    if server_left(pgid, starttime, launch_id):
+    if server_left(pgid, starttime, launch_id, trust_group=True):
         print(f"evalsvc watchdog: the launcher of {launch_id} is gone; stopping its server", file=sys.stderr)
-        stop_server(pgid, starttime, launch_id, grace_s)
+        stop_server(pgid, starttime, launch_id, grace_s, trust_group=True)
 
 
 def main(argv: list[str]) -> int:

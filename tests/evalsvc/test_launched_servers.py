@@ -23,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import termios
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +33,7 @@ import pytest
 
 from evalsvc import servers
 from evalsvc.doctor import check_launched_servers
+from evalsvc import watchdog
 from evalsvc.watchdog import proc_stat, process_alive
 from evalsvc.ladder import LadderStep, LaunchSpec, PortInUseError, launch_step, port_is_free
 from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, tagged_processes, wait_until_gone
@@ -375,6 +377,49 @@ def test_doctor_lists_a_server_in_use_then_one_left_behind_which_the_next_launch
     finally:
         left.kill()
         left.wait()
+
+
+def test_a_port_held_by_a_server_that_a_running_evalsvc_launched_is_named_not_stopped(
+    tmp_path: Path, home: Path
+) -> None:
+    tag, port = uuid.uuid4().hex, free_port()
+    step = fake_step(tmp_path, port, tag)
+    with launch_step(step, tmp_path / "logs", poll_interval_s=0.1) as launched:
+        with pytest.raises(PortInUseError) as info:
+            with launch_step(step, tmp_path / "other-logs"):
+                pytest.fail("the body must not run")
+        assert (f"port {port} on 127.0.0.1 is in use by the server of step 'served' (process group {launched.pid}"
+                in str(info.value))
+        assert f"which a running evalsvc (pid {os.getpid()}) launched" in str(info.value)
+        assert len(tagged_processes(tag)) == 2
+        (watchdog,) = processes_naming(servers.read_records()[0].launch_id)
+        assert Path(f"/proc/{watchdog}/environ").read_bytes() == b""  # none of the runner's variables
+    assert tagged_processes(tag) == []
+
+
+def test_without_proc_the_watchdog_trusts_its_group_and_the_registry_stops_nothing(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launch_id = uuid.uuid4().hex
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                              env={**os.environ, "EVALSVC_LAUNCH_ID": launch_id})
+    try:
+        servers.write_record(servers.LaunchRecord(
+            launch_id=launch_id, step="s", command=("srv",), ports=(1,), pgid=server.pid, leader_starttime=None,
+            boot_id=servers.boot_id(), launcher_pid=999999999, launcher_starttime=None, started_at=time.time(),
+            log_path="/dev/null"))
+        monkeypatch.setattr(watchdog, "_PROC", tmp_path / "no-proc")  # as on macOS
+        assert servers.stop_left_servers() == [] and server.poll() is None
+        read_end, write_end = os.pipe()
+        os.write(write_end, f"{server.pid}\n".encode())
+        os.close(write_end)  # the launcher is gone
+        threading.Thread(target=server.wait, daemon=True).start()  # reaped as init reaps an orphan
+        watchdog.watch(read_end, launch_id, grace_s=5.0)
+        os.close(read_end)
+        assert server.wait(timeout=30) == -signal.SIGTERM  # stopped through its group id alone
+    finally:
+        server.kill()
+        server.wait()
 
 
 def take_terminal() -> None:
