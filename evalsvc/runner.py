@@ -21,6 +21,7 @@ from db import queries
 from db.engine import Store
 from db.models import Item
 from harness.client import EndpointClient
+from harness.errors import RESUME_HINT
 from harness.tasks import PromptTemplate, Task, TaskError, get_task, pick_template
 from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, stable_hash
 
@@ -33,7 +34,7 @@ class RunInterrupted(Exception):
     """Ctrl-C stopped the run; what finished is stored and `run_id` can be resumed."""
 
     def __init__(self, run_id: int) -> None:
-        super().__init__(f"run {run_id} interrupted; finished items are stored, run the same command to resume")
+        super().__init__(f"run {run_id} interrupted; {RESUME_HINT}")
         self.run_id = run_id
 
 

@@ -20,6 +20,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); what finished is stored
 EXIT_HANGUP = 129  # 128 + SIGHUP: stopped as by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped as by Ctrl-C
 
+RESUME_HINT = "finished items are stored, run the same command to resume"  # said on every interrupt
+
 EXIT_CODES = {
     EXIT_OK: "ok",
     EXIT_FAILED: "a run failed, or a --fail-on gate tripped",

@@ -168,6 +168,14 @@ def echo_responder(body: dict[str, Any]) -> Reply:
     return Reply(text="The answer is 0.")
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-reply (Ctrl-C, a timeout) is normal here, not a traceback on stderr."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 class FakeOpenAI:
     """Run with `with FakeOpenAI(...) as server:`; `server.base_url` ends in /v1."""
 
@@ -191,7 +199,8 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.gets: list[str] = []  # paths of GET requests, in order
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _make_handler(self))
+        self._arrived = threading.Condition(self._lock)  # notified on every request recorded
+        self._server = _QuietServer(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -224,7 +233,18 @@ class FakeOpenAI:
     def record(self, body: dict[str, Any]) -> int:
         with self._lock:
             self.requests.append(body)
+            self._arrived.notify_all()
             return len(self.requests) - 1
+
+    def record_get(self, path: str) -> None:
+        with self._lock:
+            self.gets.append(path)
+            self._arrived.notify_all()
+
+    def wait_until(self, condition: Callable[["FakeOpenAI"], bool], timeout_s: float = 120.0) -> bool:
+        """Block until `condition(server)` holds, checked as each request arrives; False on timeout."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: condition(self), timeout_s)
 
 
 def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
@@ -242,8 +262,7 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             return True
 
         def do_GET(self) -> None:
-            with server._lock:
-                server.gets.append(self.path)
+            server.record_get(self.path)
             if self.path == "/health":
                 self._json(200, {})
             elif self._refused():

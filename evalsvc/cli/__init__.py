@@ -5,6 +5,10 @@ Only here are domain exceptions turned into a one-line message and an exit code.
 
 from __future__ import annotations
 
+from evalsvc.cli.startup import hold_interrupts, interrupted_while_loading
+
+_release_interrupts = hold_interrupts()  # first of all: a Ctrl-C while the rest loads ends the command cleanly
+
 import contextlib
 import importlib
 import logging
@@ -15,7 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from evalsvc.interrupts import exit_code, stop_signals_as_interrupt
-from harness.errors import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
+from harness.errors import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RESUME_HINT, UserError
 from harness.redact import install_redaction, mask_text
 
 # Modules holding domain exceptions registered before they subclassed harness.errors.UserError; new ones
@@ -60,14 +64,15 @@ class EvalsvcGroup(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        if interrupted_while_loading():
+            fail(f"stopped; {RESUME_HINT}", EXIT_INTERRUPTED, prefix="interrupted by SIGINT")
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:  # click's own usage errors: bad option values, missing arguments
             where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) else ""
             fail(exc.format_message() + where, EXIT_USAGE)
         except (click.Abort, KeyboardInterrupt):
-            fail("stopped; what finished is stored, run the same command to resume", EXIT_INTERRUPTED,
-                 prefix="interrupted by SIGINT")
+            fail(f"stopped; {RESUME_HINT}", EXIT_INTERRUPTED, prefix="interrupted by SIGINT")
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -79,7 +84,7 @@ class EvalsvcGroup(click.Group):
             except RunInterrupted as exc:
                 _exit_interrupted(str(exc), stop_signal())
             except KeyboardInterrupt:
-                _exit_interrupted("stopped; what finished is stored, run the same command to resume", stop_signal())
+                _exit_interrupted(f"stopped; {RESUME_HINT}", stop_signal())
             except user_errors() as exc:
                 fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
 
@@ -117,3 +122,4 @@ for _module in _COMMAND_MODULES:
     _mod = importlib.import_module(_module)
     for _command in getattr(_mod, "COMMANDS"):
         main.add_command(_command)
+_release_interrupts()
