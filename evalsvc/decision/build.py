@@ -424,8 +424,7 @@ def _refuse(picked: Picked, ref_a: str, ref_b: str, why: Sequence[str]) -> None:
     """Raise why two endpoints share no comparable run: other settings (pass --force), or no run at all."""
     other = [a for a in picked.aside if a.reason is AsideReason.OTHER_SETTINGS]
     if other:
-        differences = tuple(dict.fromkeys(other[0].detail.removeprefix("other settings than the ladder's: ")
-                                          .split("; ")))
+        differences = tuple(dict.fromkeys(d for a in other for d in a.differences))
         raise stats.SettingsMismatch(
             f"{ref_a!r} and {ref_b!r} have no runs with the same settings: " + "; ".join(why)
             + "; use --force to compare them anyway", differences)

@@ -52,6 +52,7 @@ class Aside:
     task: str
     reason: AsideReason
     detail: str
+    differences: tuple[str, ...] = ()  # the settings that differ from the ladder's, for OTHER_SETTINGS
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "step": self.step, "task": self.task, "reason": self.reason.value,
@@ -132,8 +133,8 @@ def _aside(run: RunRecord, settings: stats.RunInfo | None, items: int) -> Aside:
     if run.status != "complete":
         return Aside(run.info.run_id, run.step, run.task, AsideReason.UNFINISHED, f"status {run.status}")
     if settings is not None and not _same_settings(run.info, settings):
-        detail = "; ".join(stats.settings_differences(settings, run.info))
+        differences = stats.settings_differences(settings, run.info)
         return Aside(run.info.run_id, run.step, run.task, AsideReason.OTHER_SETTINGS,
-                     f"other settings than the ladder's: {detail}")
+                     f"other settings than the ladder's: {'; '.join(differences)}", differences)
     return Aside(run.info.run_id, run.step, run.task, AsideReason.FEWER_ITEMS,
                  f"{run.n_items} items where the other steps have {items}")
