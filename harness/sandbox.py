@@ -90,7 +90,6 @@ import secrets
 import select
 import shutil
 import signal
-import site
 import struct
 import subprocess
 import sys
@@ -102,6 +101,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal, NoReturn, Sequence
 
 from harness.errors import UserError
+from harness.sandbox_layout import Layout, LayoutError, bwrap_arguments, interpreter_layout
 
 logger = logging.getLogger(__name__)
 
@@ -337,9 +337,6 @@ def _candidate_isolate(job: dict[str, Any], keep: tuple[int, ...], output_fd: in
     if job["isolation"] != "bwrap":
         _candidate_drop_root()
         sys.addaudithook(_candidate_refuse_sockets)
-    # The driver starts with -S (site processing costs more than the rest of
-    # start-up); solutions still see the harness's installed packages.
-    sys.path.extend(job["site_dirs"])
 
 
 def _candidate_drop_root() -> None:
@@ -599,21 +596,25 @@ def _driver_clean(own_namespace: bool) -> bool:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
-    emptied = _driver_empty(".")
-    if own_namespace and os.path.isdir("/dev/shm"):
-        emptied = _driver_empty("/dev/shm") and emptied
-    return emptied
+    return _driver_empty(".")
 
 
 def _driver_empty(folder: str) -> bool:
+    """Remove everything in `folder` but mount points (the interpreter's own
+    read-only binds, when it lives under /tmp); False if anything else stays."""
+    device = os.lstat(folder).st_dev
     for entry in os.scandir(folder):
         try:
-            if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)
-                _driver_empty(entry.path)
-                os.rmdir(entry.path)
-            else:
+            if entry.stat(follow_symlinks=False).st_dev != device:
+                continue
+            if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.path)
+                continue
+            os.chmod(entry.path, 0o700)
+            if not _driver_empty(entry.path):
+                return False
+            if not os.listdir(entry.path):
+                os.rmdir(entry.path)
         except OSError:
             return False
     return True
@@ -795,68 +796,67 @@ class Limits:
         return self.timeout_s * self.wall_factor + 1.0
 
 
-def _sandbox_python() -> tuple[str, list[str]]:
-    """The base interpreter (programs run with -I -S, so no venv is needed) and the
-    binds that keep it visible when it lives under /tmp, which the sandbox hides."""
-    python = os.path.realpath(sys.executable)
-    prefix = os.path.realpath(sys.base_prefix)
-    binds = ["--ro-bind", prefix, prefix] if prefix == "/tmp" or prefix.startswith("/tmp/") else []
-    return python, binds
-
-
-def _bwrap_command(python: str, binds: Sequence[str] = ()) -> list[str]:
-    """bubblewrap running the driver with `python`; everything read-only but a private /tmp."""
+def _bwrap_command(layout: Layout) -> list[str]:
+    """bubblewrap running the driver: own namespaces of every kind, no further
+    user namespaces, no capabilities, and only the files `sandbox_layout` lists."""
     return [
         "bwrap",
         "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
         "--die-with-parent",
         "--new-session",
         "--as-pid-1",
-        "--cap-drop",
-        "ALL",
-        "--ro-bind", "/", "/",
-        "--tmpfs", "/tmp",
-        *binds,
-        "--dev", "/dev",
-        "--proc", "/proc",
+        "--cap-drop", "ALL",
+        *bwrap_arguments(layout),
         "--clearenv",
-        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
         "--setenv", "HOME", "/tmp",
         "--setenv", "LANG", "C.UTF-8",
         "--chdir", "/tmp",
-        python, "-I", "-S", "-c", _BOOTSTRAP,
+        layout.python, "-I", "-S", "-c", _BOOTSTRAP,
     ]  # fmt: skip
 
 
-_warned_fallback = threading.Event()
+_PROCESS_ENV = {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
+_INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+
+
+def require_isolation(isolation: Isolation) -> Isolation:
+    """`isolation` if it works here; raise `SandboxError` saying what to do
+    otherwise. There is no silent fallback: weaker isolation is used only
+    when asked for by name."""
+    if isolation == "process":
+        return isolation
+    if isolation != "bwrap":
+        raise SandboxError(f"unknown isolation {isolation!r}; choose bwrap or process")
+    problem = _bwrap_problem()
+    if problem:
+        raise SandboxError(
+            f"cannot run HumanEval programs isolated: {problem}; {_INSTALL_HINT}, or pass --isolation process "
+            "(only for models you trust)"
+        )
+    return isolation
 
 
 def default_isolation() -> Isolation:
-    """`bwrap` when bubblewrap works here, else `process` with a warning (once)."""
-    if _bwrap_works():
-        return "bwrap"
-    if not _warned_fallback.is_set():
-        _warned_fallback.set()
-        logger.warning(
-            "bubblewrap is missing or cannot create namespaces here; running programs with the weaker "
-            "'process' isolation (no file-system or network isolation). Install bubblewrap for untrusted models."
-        )
-    return "process"
+    """`bwrap`, when it works here; raises `SandboxError` when it does not."""
+    return require_isolation("bwrap")
 
 
 @functools.lru_cache(maxsize=1)
-def _bwrap_works() -> bool:
+def _bwrap_problem() -> str:
+    """Why bubblewrap cannot run the sandbox here, or "" when it can."""
     if shutil.which("bwrap") is None:
-        return False
-    probe = subprocess.run(_bwrap_command("/bin/true")[:-4], capture_output=True, timeout=30, check=False)
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        command = _bwrap_command(interpreter_layout())[:-1] + ["import hashlib"]
+        probe = subprocess.run(command, capture_output=True, timeout=60, check=False)
+    except (LayoutError, OSError, subprocess.SubprocessError) as exc:
+        return f"the sandbox's file system cannot be set up: {exc}"
     if probe.returncode != 0:
-        logger.info("bwrap probe failed: %s", probe.stderr.decode("utf-8", "replace").strip()[:300])
-    return probe.returncode == 0
-
-
-@functools.lru_cache(maxsize=1)
-def _site_dirs() -> list[str]:
-    return [path for path in site.getsitepackages() if os.path.isdir(path)]
+        detail = probe.stderr.decode("utf-8", "replace").strip().replace("\n", " ")[:300]
+        return f"bubblewrap cannot create its namespaces here ({detail or f'exit status {probe.returncode}'})"
+    return ""
 
 
 class _Worker:
@@ -867,12 +867,16 @@ class _Worker:
     def __init__(self, isolation: Isolation) -> None:
         self.isolation = isolation
         self.workdir = tempfile.mkdtemp(prefix="evalsvc-sandbox-") if isolation == "process" else None
-        python, binds = _sandbox_python()
-        command = _bwrap_command(python, binds) if isolation == "bwrap" else [python, "-I", "-S", "-c", _BOOTSTRAP]
+        layout = interpreter_layout()
+        if isolation == "bwrap":
+            command = _bwrap_command(layout)
+        else:
+            command = [layout.python, "-I", "-S", "-c", _BOOTSTRAP]
         self.stderr = tempfile.TemporaryFile()
+        # A cleared environment: the harness's holds API keys and database URLs.
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-            cwd=self.workdir, start_new_session=True,
+            cwd=self.workdir, start_new_session=True, env=_PROCESS_ENV if isolation == "process" else {},
         )  # fmt: skip
         code = _driver_code()
         self._send(len(code).to_bytes(4, "big") + code)
@@ -1024,7 +1028,7 @@ def run_program(program: Program, limits: Limits | None = None, isolation: Isola
     """Run one program isolated; retried once after a wall timeout in which it
     used CPU (starved by a loaded machine rather than asleep)."""
     limits = limits or Limits()
-    isolation = isolation or default_isolation()
+    isolation = require_isolation(isolation or "bwrap")
     result = _run_once(program, limits, isolation)
     if _starved(result, limits):
         logger.info("wall timeout after %.2f s CPU; retrying with a longer deadline", result.cpu_s or 0.0)
@@ -1043,7 +1047,7 @@ def run_many(
     `os.cpu_count()` sandboxes run at once per harness process, whatever
     `workers` says, so concurrent scorers cannot overload the CPU."""
     programs = list(programs)
-    isolation = isolation or default_isolation()
+    isolation = require_isolation(isolation or "bwrap")
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         return list(pool.map(lambda p: run_program(p, limits, isolation), programs))
 
@@ -1063,7 +1067,6 @@ def _run_once(program: Program, limits: Limits, isolation: Isolation) -> ExecRes
         "memory_mb": limits.memory_mb,
         "wall_s": limits.wall_s,
         "isolation": isolation,
-        "site_dirs": _site_dirs(),
     }
     trusted = {"context": program.context, "test": program.test, "entry_point": program.entry_point, "nonce": nonce}
     started = time.monotonic()
@@ -1100,12 +1103,24 @@ def _to_result(
     )
 
 
-def check_sandbox(isolation: Isolation | None = None) -> None:
-    """Raise `SandboxError` unless a trivially correct program passes, so a
-    broken sandbox fails loudly instead of scoring every item as failed."""
-    program = Program("def f(x):\n    return x + 1\n", "def check(candidate):\n    assert candidate(1) == 2\n", "f")
-    result = run_program(program, Limits(timeout_s=5.0), isolation)
-    if not result.passed:
+def check_sandbox(
+    isolation: Isolation | None = None, solution_imports: Sequence[str] = (), test_imports: Sequence[str] = ()
+) -> None:
+    """Raise `SandboxError` unless a correct program passes and a wrong one
+    fails, with the solution importing `solution_imports` and the test
+    `test_imports`: a sandbox that cannot import what solutions need would
+    otherwise score correct answers as wrong, silently."""
+    isolation = require_isolation(isolation or "bwrap")
+    used = " + ".join(f"len({name}.__name__)" for name in solution_imports) or "0"
+    solution = "".join(f"import {name}\n" for name in solution_imports) + f"def f(x):\n    return x + 1 + 0 * ({used})\n"
+    test = "".join(f"import {name}\n" for name in test_imports) + "def check(candidate):\n    assert candidate(1) == 2\n"
+    good = Program(solution, test, "f")
+    bad = replace(good, solution=solution.replace("x + 1", "x + 2"))
+    passing, failing = run_many([good, bad], limits=Limits(timeout_s=5.0), isolation=isolation)
+    if not passing.passed:
         raise SandboxError(
-            f"the {result.isolation} sandbox cannot run a trivially correct program: {result.outcome}: {result.message}"
+            f"the {isolation} sandbox fails a correct program importing {', '.join(solution_imports) or 'nothing'}: "
+            f"{passing.outcome}: {passing.error_type or ''} {passing.message}".rstrip()
         )
+    if failing.outcome != "failed":
+        raise SandboxError(f"the {isolation} sandbox does not fail a wrong program: {failing.outcome}: {failing.message}")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.code_extract import build_program, extract_code
-from harness.sandbox import ExecResult, Limits, Program, check_sandbox, run_program
+from harness.sandbox import ExecResult, Isolation, Limits, Program, SandboxError, check_sandbox, require_isolation, run_program
 from harness.tasks.base import PromptTemplate, TaskError
 from harness.types import Completion, ItemResult, Request, Sample, stable_hash
 
@@ -28,6 +28,12 @@ logger = logging.getLogger(__name__)
 
 STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 OUTPUT_CHARS = 2000
+# Standard-library modules that HumanEval's canonical solutions (with their
+# prompts) and its tests import; the self-check imports each one in the
+# sandbox before the first item (tests/harness/test_humaneval.py recomputes
+# both lists from the data).
+SOLUTION_IMPORTS = ("collections", "hashlib", "math", "re", "typing")
+TEST_IMPORTS = ("copy", "math", "random", "string")
 _CHAT_INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function, "
     "including its signature and any imports or helper functions it needs, in a "
@@ -56,8 +62,9 @@ class HumanEval:
     score_blocks = True  # runs the tests in the sandbox
     default_template = "chat-codeblock"
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, isolation: Isolation = "bwrap") -> None:
         self.limits = limits or Limits()
+        self.isolation = isolation
         self.templates = {
             "chat-codeblock": PromptTemplate("chat-codeblock", 1, "chat", _chat_codeblock),
             "completion-raw": PromptTemplate("completion-raw", 1, "completions", _completion_raw),
@@ -71,23 +78,34 @@ class HumanEval:
         rows = read_problems(Path(data) if data else _packaged_problems())
         return [_to_sample(row) for row in rows[:limit]]
 
+    def prepare(self) -> None:
+        """Before the first item: raise `SandboxError` unless the sandbox
+        works here, imports what solutions and tests import, passes a correct
+        program and fails a wrong one."""
+        with self._check_lock:
+            if not self._sandbox_checked:
+                require_isolation(self.isolation)
+                check_sandbox(self.isolation, SOLUTION_IMPORTS, TEST_IMPORTS)
+                self._sandbox_checked = True
+
     def score(self, sample: Sample, completion: Completion) -> ItemResult:
-        """Extract the code, run it against the problem's tests in the sandbox."""
+        """Extract the code, run it against the problem's tests in the sandbox.
+        Raises `SandboxError` when the sandbox gives no verdict twice: the
+        item is then an error, never a wrong answer."""
         entry_point = sample.metadata["entry_point"]
         extracted = extract_code(completion.text, entry_point)
         if extracted.kind == "none":
             return ItemResult(passed=False, extracted=None, detail=_detail_without_run("no_code", "no code found"))
-        self._ensure_sandbox()
+        self.prepare()
         program = build_program(sample.prompt, extracted, entry_point)
-        result = run_program(Program(program, sample.metadata["test"], entry_point, sample.prompt), self.limits)
+        job = Program(program, sample.metadata["test"], entry_point, sample.prompt)
+        result = run_program(job, self.limits, self.isolation)
+        if result.outcome == "sandbox_error":
+            logger.warning("%s: no verdict from the sandbox (%s); running it once more", sample.item_id, result.message)
+            result = run_program(job, self.limits, self.isolation)
+        if result.outcome == "sandbox_error":
+            raise SandboxError(f"{sample.item_id}: no verdict from the sandbox, twice: {result.message[:500]}")
         return ItemResult(passed=result.passed, extracted=program, detail=_detail(result, extracted.kind))
-
-    def _ensure_sandbox(self) -> None:
-        """Fail loudly once, before the first item, if the sandbox is broken."""
-        with self._check_lock:
-            if not self._sandbox_checked:
-                check_sandbox()
-                self._sandbox_checked = True
 
 
 def _detail(result: ExecResult, kind: str) -> dict[str, Any]:
