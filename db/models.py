@@ -55,6 +55,8 @@ class Run(Base):
     finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     # Written every few seconds while a runner works on the run; a "running" run whose beat stops has died.
     heartbeat_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    # How the run's code was executed: "bwrap", "process" (asked for by name), None when scoring runs no code.
+    isolation: Mapped[Optional[str]] = mapped_column(String(20))
 
     endpoint: Mapped[Endpoint] = relationship(back_populates="runs")
 

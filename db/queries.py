@@ -60,6 +60,7 @@ class RunSummary:
     mean_completion_tokens: float | None
     repeat: int
     started_at: datetime
+    isolation: str | None  # the sandbox HumanEval programs ran in; None when scoring runs no code
     finished_at: datetime | None
     # Answered items whose completion token count is unknown (the endpoint sent none or an impossible one):
     # left out of every length and task-time figure.
@@ -398,6 +399,7 @@ def _summary(row: Any) -> RunSummary:
         started_at=run.started_at,
         finished_at=run.finished_at,
         unknown_tokens=int(row.unknown_tokens or 0),
+        isolation=run.isolation,
     )
 
 
@@ -464,13 +466,16 @@ def get_items(session: Session, run_id: int, item_ids: list[str] | None = None) 
     return list(session.scalars(query))
 
 
-def find_complete_run(session: Session, endpoint: str, task: str, config_hash: str, dataset_hash: str) -> int | None:
-    """The latest complete run with this identity, or None (a ladder step then needs evaluating)."""
+def find_complete_run(
+    session: Session, endpoint: str, task: str, config_hash: str, dataset_hash: str, isolation: str | None = None
+) -> int | None:
+    """The latest complete run with this identity and sandbox isolation, or None (a ladder step then needs evaluating)."""
+    same_isolation = Run.isolation.is_(None) if isolation is None else Run.isolation == isolation
     query = (
         select(Run.id)
         .join(Endpoint, Run.endpoint_id == Endpoint.id)
         .where(Endpoint.name == endpoint, Run.task == task, Run.config_hash == config_hash,
-               Run.dataset_hash == dataset_hash, Run.status == "complete")
+               Run.dataset_hash == dataset_hash, Run.status == "complete", same_isolation)
         .order_by(Run.id.desc())
     )
     return session.scalars(query).first()

@@ -10,6 +10,7 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 from db import queries
 from db.engine import Store
@@ -46,6 +47,13 @@ class LadderPlan:
     speed_max_tokens: int = PROBE_MAX_TOKENS
 
 
+def check_tasks(tasks: Sequence[str], isolation: str) -> None:
+    """Raise the task's domain error unless every task can be scored here
+    (HumanEval: the sandbox's self-check), before any engine is built or step launched."""
+    for task in tasks:
+        get_task(task, isolation).prepare()
+
+
 def prepare_ladder(ladder: Ladder) -> Ladder:
     """Fill placeholders, building the embedded engine first when the ladder asks for it."""
     variables = dict(os.environ)
@@ -70,12 +78,13 @@ def step_spec(step: LadderStep, task: str, plan: LadderPlan) -> RunSpec:
 
 def stored_complete_run(store: Store, spec: RunSpec) -> int | None:
     """The id of a complete run with exactly this spec's identity, if one is stored."""
-    task = get_task(spec.task)
+    task = get_task(spec.task, spec.isolation)
     template = pick_template(task, spec.template)
     samples = task.load_samples(spec.data, spec.limit)
+    identity = config_hash(spec.task, template, spec.settings, task.isolation)
     with store.session() as session:
         return queries.find_complete_run(
-            session, spec.endpoint, spec.task, config_hash(spec.task, template, spec.settings), dataset_hash(samples)
+            session, spec.endpoint, spec.task, identity, dataset_hash(samples), task.isolation
         )
 
 
@@ -100,7 +109,9 @@ def has_speed(store: Store, endpoint: str, workload: str) -> bool:
 
 def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True,
                times: StepTimes | None = None) -> list[StepOutcome]:
-    """Evaluate every step of a resolved ladder in order, announcing each long part (see `evalsvc.status`)."""
+    """Evaluate every step of a resolved ladder in order, announcing each long part (see `evalsvc.status`);
+    first check that every task can be scored here (a broken sandbox stops it before any step is launched)."""
+    check_tasks(plan.tasks, plan.base.isolation)
     outcomes = []
     for step in ladder.steps:
         specs = [step_spec(step, task, plan) for task in plan.tasks]

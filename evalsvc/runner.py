@@ -38,6 +38,10 @@ class RunInterrupted(Exception):
         self.run_id = run_id
 
 
+class IsolationMismatch(TaskError):
+    """Resuming would mix items scored under two different sandboxes in one run."""
+
+
 class BadItemId(TaskError):
     """Two dataset rows map to the same item id (one would overwrite the other), or an id is too long to store."""
 
@@ -60,6 +64,7 @@ class RunSpec:
     new_repeat: bool = False
     max_error_rate: float = 0.1
     timeout_s: float = 600.0
+    isolation: str = "bwrap"  # how HumanEval programs are sandboxed; "process" only when asked for by name
 
 
 @dataclass(frozen=True)
@@ -70,9 +75,12 @@ class RunOutcome:
     summary: queries.RunSummary
 
 
-def config_hash(task: str, template: PromptTemplate, settings: DecodingSettings) -> str:
-    """Identity of what was asked: two runs pair only when this matches."""
-    return stable_hash(task, template.key, template.mode, json.dumps(settings.as_dict(), sort_keys=True))
+def config_hash(task: str, template: PromptTemplate, settings: DecodingSettings, isolation: str | None = None) -> str:
+    """Identity of what was asked: two runs pair only when this matches. A
+    weaker sandbox than bwrap is part of the identity, so such a run never
+    resumes (or is resumed by) a bwrap run."""
+    weaker = (isolation,) if isolation not in (None, "bwrap") else ()
+    return stable_hash(task, template.key, template.mode, json.dumps(settings.as_dict(), sort_keys=True), *weaker)
 
 
 def check_item_ids(samples: list[Sample]) -> None:
@@ -111,18 +119,19 @@ def run_evaluation(store: Store, spec: RunSpec, progress: bool = True) -> RunOut
 
 async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> RunOutcome:
     queries.check_endpoint_name(spec.endpoint)
-    task = get_task(spec.task)
+    task = get_task(spec.task, spec.isolation)
     template = pick_template(task, spec.template)
     samples = task.load_samples(spec.data, spec.limit)
     check_sample_count(spec, samples)
     check_item_ids(samples)
+    task.prepare()  # e.g. the sandbox's self-check: a broken one stops the run before anything is stored
     async with EndpointClient(
         spec.base_url, spec.model, api_key=spec.api_key, timeout_s=spec.timeout_s,
         max_connections=max(spec.concurrency, 1),
     ) as client:
         fingerprint = await client.fingerprint()
         with store.session() as session:
-            run, resumed, done = _open_run(session, spec, template, samples, fingerprint, client.base_url)
+            run, resumed, done = _open_run(session, spec, template, samples, fingerprint, client.base_url, task.isolation)
             pending = [s for s in samples if s.item_id not in done]
             log.info("run %d: %d items, %d already done", run.id, len(samples), len(samples) - len(pending))
             try:
@@ -137,18 +146,25 @@ async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> Run
     return RunOutcome(run_id=run.id, resumed=resumed, skipped=len(samples) - len(pending), summary=summary)
 
 
-def _open_run(session, spec, template, samples, fingerprint, base_url):  # type: ignore[no-untyped-def]
+def _open_run(session, spec, template, samples, fingerprint, base_url, isolation):  # type: ignore[no-untyped-def]
     endpoint = queries.upsert_endpoint(session, spec.endpoint, base_url, spec.model, fingerprint, spec.metadata)
     fields = {
         "task": spec.task,
         "template": template.key,
         "mode": template.mode,
         "decoding": spec.settings.as_dict(),
-        "config_hash": config_hash(spec.task, template, spec.settings),
+        "config_hash": config_hash(spec.task, template, spec.settings, isolation),
+        "isolation": isolation,
         "dataset_hash": dataset_hash(samples),
         "n_items": len(samples),
     }
     run, resumed = queries.open_run(session, endpoint, fields, spec.new_repeat)
+    if resumed and run.isolation not in (None, isolation):
+        session.rollback()
+        raise IsolationMismatch(
+            f"run {run.id} was scored under {run.isolation!r} isolation, this one would be {isolation!r}; "
+            "pass --repeat to start a fresh run instead of resuming it"
+        )
     if not resumed and not spec.new_repeat:  # e.g. a larger --limit: keep what a stored run already answered
         reused = queries.reuse_items(session, run, {s.item_id: s.item_hash for s in samples})
         log.info("run %d: reused %d finished items of an earlier run with the same settings", run.id, reused)

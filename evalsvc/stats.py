@@ -69,6 +69,7 @@ class RunInfo:
     decoding: Mapping[str, Any] = field(default_factory=dict)
     mode: str | None = None
     config_hash: str | None = None
+    isolation: str | None = None  # how its code was sandboxed (HumanEval); None when no code ran
 
     @property
     def label(self) -> str:
@@ -237,6 +238,8 @@ def settings_differences(a_info: RunInfo, b_info: RunInfo) -> tuple[str, ...]:
         found.append(f"prompt template ({a_info.template!r} vs {b_info.template!r})")
     if a_info.mode != b_info.mode:
         found.append(f"mode ({a_info.mode!r} vs {b_info.mode!r})")
+    if a_info.isolation != b_info.isolation:
+        found.append(f"sandbox isolation ({a_info.isolation!r} vs {b_info.isolation!r})")
     for key in sorted(set(a_info.decoding) | set(b_info.decoding)):
         value_a = a_info.decoding.get(key, "unset")
         value_b = b_info.decoding.get(key, "unset")

@@ -101,7 +101,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal, NoReturn, Sequence
 
 from harness.errors import UserError
-from harness.sandbox_layout import Layout, LayoutError, bwrap_arguments, interpreter_layout
+from harness.sandbox_layout import Layout, LayoutError, bwrap_arguments, interpreter_layout, unprivileged_path
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,10 @@ OUTPUT_TAIL_CHARS = 2000
 OUTPUT_FILE = "solution_output.txt"
 PR_SET_DUMPABLE = 4
 NOBODY = 65534
+CLONE_NEWNET = 0x40000000
+# Process isolation as root: each worker's candidate gets a uid from this range, which no account uses.
+PROGRAM_UID_BASE = 0x60000000
+PROGRAM_UID_SPAN = 1 << 24
 NPROC_FALLBACK = 64
 SIGKILL = int(signal.SIGKILL)
 SIGXCPU = int(signal.SIGXCPU)
@@ -335,20 +339,53 @@ def _candidate_isolate(job: dict[str, Any], keep: tuple[int, ...], output_fd: in
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if job["isolation"] != "bwrap":
-        _candidate_drop_root()
+        _candidate_drop_root(job["uid"])
         sys.addaudithook(_candidate_refuse_sockets)
+        _candidate_relocate_stdlib(job["path_map"])
 
 
-def _candidate_drop_root() -> None:
+def _candidate_drop_root(uid: int) -> None:
     """Without a user namespace, root would keep every capability: it could
-    read the checker's memory and write anywhere. Become `nobody` instead,
-    which also makes RLIMIT_NPROC bite on fork bombs."""
+    read the checker's memory and write anywhere. Leave the host's network
+    namespace where the kernel allows it, then become `uid`, a user of this
+    program's own (`nobody` if the kernel refuses it), so it cannot signal
+    other programs, the worker can kill whatever it leaves running, and
+    RLIMIT_NPROC bites on fork bombs."""
     if os.getuid() != 0:
         return
+    try:
+        _libc_call("unshare", CLONE_NEWNET)
+    except (ImportError, OSError, AttributeError):
+        pass
     os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+    try:
+        os.setgid(uid)
+        os.setuid(uid)
+    except OSError:
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
     resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_FALLBACK, NPROC_FALLBACK))
+
+
+def _candidate_relocate_stdlib(path_map: list[tuple[str, str]]) -> None:
+    """Import the standard library from where this (possibly unprivileged)
+    process can read it: sys.path and the search path of every package
+    imported already (submodules of `collections` are found through its
+    `__path__`) move from each original folder to its copy."""
+    moves = sorted(path_map, key=lambda pair: -len(pair[0]))
+
+    def moved(path: str) -> str:
+        for old, new in moves:
+            if path == old or path.startswith(old + "/"):
+                return new + path[len(old) :]
+        return path
+
+    sys.path[:] = [moved(p) for p in sys.path]
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if type(search) is list:
+            search[:] = [moved(p) for p in search]
+    sys.path_importer_cache.clear()
 
 
 def _candidate_refuse_sockets(event: str, args: tuple[Any, ...]) -> None:
@@ -453,25 +490,29 @@ class _CandidateProxy:
         return reply["value"]
 
 
+def _libc_call(name: str, *args: int) -> int:
+    """Call the C library's `name` with integer arguments; its int result."""
+    # Raw _ctypes: importing the ctypes package would add ~10 ms to every run.
+    import _ctypes
+
+    class CInt(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class CFunction(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = CInt
+
+    class Libc:
+        _handle = _ctypes.dlopen(None)
+
+    return CFunction((name, Libc()))(*args)
+
+
 def _driver_harden() -> bool:
     """Make this process non-dumpable so the candidate cannot read its memory
     or reopen its file descriptors through /proc."""
-    # Raw _ctypes: importing the ctypes package would add ~10 ms to every run.
     try:
-        import _ctypes
-
-        class CInt(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class CFunction(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL
-            _restype_ = CInt
-
-        class Libc:
-            _handle = _ctypes.dlopen(None)
-
-        prctl = CFunction(("prctl", Libc()))
-        return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        return _libc_call("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (ImportError, OSError, AttributeError):
         return False
 
@@ -582,21 +623,41 @@ def _driver_check(job: dict[str, Any], verdict_fd: int) -> NoReturn:
     os._exit(0)
 
 
-def _driver_clean(own_namespace: bool) -> bool:
+def _driver_clean(own_namespace: bool, uid: int) -> bool:
     """Leave nothing behind for the next program: every other process in the
     namespace killed (only when this process is its PID 1: `kill(-1)`
-    anywhere else would hit the whole host), the working directory emptied."""
+    anywhere else would hit the whole host), or, in `process` mode as root,
+    every process of the program's own uid; the working directory emptied."""
     if own_namespace:
         try:
             os.kill(-1, SIGKILL)
         except ProcessLookupError:  # nothing left to kill
             pass
+    elif os.getuid() == 0 and uid > 0:
+        _driver_kill_uid(uid)
     while True:
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
     return _driver_empty(".")
+
+
+def _driver_kill_uid(uid: int) -> None:
+    """Kill every process running as `uid` (daemons that left the session):
+    a child becomes `uid` and signals everything it may, i.e. its own uid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            if os.getuid() == uid and os.geteuid() == uid:  # never kill(-1) with root's reach
+                os.kill(-1, SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def _driver_empty(folder: str) -> bool:
@@ -638,7 +699,7 @@ def _driver_main() -> None:
         if pid == 0:
             _driver_check(job, verdict_fd)
         _, status = os.waitpid(pid, 0)
-        clean = _driver_clean(own_namespace)
+        clean = _driver_clean(own_namespace, job["uid"])
         _frame_write(verdict_fd, {"done": True, "clean": clean, "hardened": hardened, "status": status})
     os._exit(0)
 
@@ -650,6 +711,7 @@ _DRIVER_CONSTANTS = (
     "OUTPUT_FILE",
     "PR_SET_DUMPABLE",
     "NOBODY",
+    "CLONE_NEWNET",
     "NPROC_FALLBACK",
     "SIGKILL",
     "SIGXCPU",
@@ -677,13 +739,16 @@ _DRIVER_DEFINITIONS = (
     _write_all,
     _candidate_isolate,
     _candidate_drop_root,
+    _candidate_relocate_stdlib,
     _candidate_refuse_sockets,
     _candidate_describe,
     _candidate_flush,
     _candidate_answer,
     _candidate_main,
     _CandidateProxy,
+    _libc_call,
     _driver_harden,
+    _driver_kill_uid,
     _driver_failed_assert,
     _driver_outcome,
     _driver_run_test,
@@ -872,6 +937,12 @@ class _Worker:
             command = _bwrap_command(layout)
         else:
             command = [layout.python, "-I", "-S", "-c", _BOOTSTRAP]
+        # In `process` mode as root, the candidate runs as a uid of this worker's own (see _candidate_drop_root).
+        self.uid = PROGRAM_UID_BASE + secrets.randbelow(PROGRAM_UID_SPAN) if isolation == "process" else 0
+        self.path_map: list[tuple[str, str]] = []
+        if isolation == "process" and os.getuid() == 0:
+            self.path_map = list(zip(layout.path, unprivileged_path(layout)))
+            os.chown(self.workdir, self.uid, self.uid)
         self.stderr = tempfile.TemporaryFile()
         # A cleared environment: the harness's holds API keys and database URLs.
         self.process = subprocess.Popen(
@@ -900,7 +971,7 @@ class _Worker:
         (the worker is then retired)."""
         verdict = None
         try:
-            self._send(_frame_pack(job))
+            self._send(_frame_pack({**job, "uid": self.uid, "path_map": self.path_map}))
             self.started = "forked" in self._receive(deadline)
             if self.started:
                 self._send(_frame_pack(trusted))

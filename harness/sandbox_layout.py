@@ -41,6 +41,7 @@ extension modules, about 0.4 s) and reused by every worker.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -162,3 +163,74 @@ def bwrap_arguments(layout: Layout) -> list[str]:
     for target, link in _DEV_LINKS:
         args += ["--symlink", target, link]
     return [*args, "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/"]
+
+
+# -- process isolation ---------------------------------------------------------
+# Without namespaces, a harness running as root runs each candidate under an
+# unprivileged uid of its own. That uid must be able to read the standard
+# library, which it cannot when the interpreter lives under a 0700 home
+# (pyenv under /root). Importing modules before dropping privileges would not
+# do: a solution may import any module. So the standard library (without
+# site-packages, tests and GUI modules) is copied once per machine and
+# interpreter into a root-owned, world-readable cache, and the candidate's
+# sys.path points there.
+
+PROCESS_CACHE = "/var/cache/evalsvc"
+_NOT_COPIED = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3")
+
+
+def world_readable(path: str) -> bool:
+    """Whether a user with no relation to the file's owner can read `path` (every parent searchable)."""
+    current = os.path.realpath(path)
+    needed = 0o005 if os.path.isdir(current) else 0o004
+    while True:
+        try:
+            mode = os.stat(current).st_mode
+        except OSError:
+            return False
+        if mode & needed != needed:
+            return False
+        if current == "/":
+            return True
+        current, needed = os.path.dirname(current), 0o001
+
+
+@functools.lru_cache(maxsize=1)
+def unprivileged_path(layout: Layout) -> tuple[str, ...]:
+    """sys.path for an unprivileged candidate: the interpreter's own when
+    anyone can read it, else a world-readable copy made once under `PROCESS_CACHE`."""
+    if all(world_readable(entry) for entry in layout.path):
+        return layout.path
+    key = hashlib.sha256(repr((layout.python, layout.path, os.stat(layout.python).st_mtime_ns)).encode()).hexdigest()
+    root = os.path.join(PROCESS_CACHE, f"stdlib-{key[:16]}")
+    if not os.path.isdir(root):
+        _copy_stdlib(layout, root)
+    return tuple(
+        os.path.normpath(os.path.join(root, str(layout.dirs.index(_top(entry, layout))), os.path.relpath(entry, _top(entry, layout))))
+        for entry in layout.path
+    )
+
+
+def _top(entry: str, layout: Layout) -> str:
+    return next(d for d in layout.dirs if entry == d or entry.startswith(d + "/"))
+
+
+def _copy_stdlib(layout: Layout, root: str) -> None:
+    """Copy the standard library directories to `root`, atomically, readable by everyone and writable by no one else."""
+    os.makedirs(PROCESS_CACHE, mode=0o755, exist_ok=True)
+    os.chmod(PROCESS_CACHE, 0o755)
+    staging = f"{root}.{os.getpid()}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for index, folder in enumerate(layout.dirs):
+            shutil.copytree(folder, os.path.join(staging, str(index)), symlinks=False,
+                            ignore=shutil.ignore_patterns(*_NOT_COPIED, "config-*"))  # fmt: skip
+        for folder, subdirs, files in os.walk(staging):
+            os.chmod(folder, 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        os.rename(staging, root)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not os.path.isdir(root):  # another process may have won the race
+            raise LayoutError(f"cannot make a world-readable copy of the standard library in {root}: {exc}") from None

@@ -53,6 +53,12 @@ def job_runs(runs: pd.DataFrame, job: background.Job) -> pd.DataFrame:
     return recent.sort_values("run_id").groupby("task").tail(1)
 
 
+def run_listing(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs as listed on this page, with the sandbox their code ran in (n/a when none ran)."""
+    listed = runs[["run_id", "endpoint", "task", "isolation", "n", "n_items", "errors"]]
+    return listed.assign(isolation=listed["isolation"].fillna(widgets.MISSING)).set_index("run_id")
+
+
 def render_job(job: background.Job, runs: pd.DataFrame) -> None:
     """One job: its state, a progress bar per run, the end of its log."""
     when = datetime.fromtimestamp(job.started_at).strftime("%Y-%m-%d %H:%M:%S")
@@ -85,13 +91,13 @@ def render_progress(url: str) -> None:
     running = runs[runs["status"] == "running"]
     if not running.empty:
         st.subheader("Runs being written")
-        st.table(running[["run_id", "endpoint", "task", "n", "n_items", "errors"]].set_index("run_id"))
+        st.table(run_listing(running))
     stalled = runs[runs["status"] == "stalled"]
     if not stalled.empty:
         st.subheader("Stalled runs")
         st.caption("Their runner stopped without recording it (killed, out of memory, machine down). Finished items "
                    "are stored; the same `evalsvc run` command resumes the run.")
-        st.table(stalled[["run_id", "endpoint", "task", "n", "n_items", "errors"]].set_index("run_id"))
+        st.table(run_listing(stalled))
 
 
 def main() -> None:

@@ -11,9 +11,9 @@ import click
 
 from db.engine import Store
 from evalsvc.cli import fail
-from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, task_list, write_store
+from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, task_list, write_store
 from evalsvc.ladder import Ladder, load_ladder
-from evalsvc.ladder_run import LadderPlan, StepOutcome, prepare_ladder, run_ladder
+from evalsvc.ladder_run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
 from evalsvc.runner import RunSpec
 from evalsvc.status import LongStep, StepTimes, long_step
 from harness.errors import EXIT_FAILED
@@ -67,16 +67,18 @@ def ladder_group() -> None:
               help="Also time N prompts per workload (batch 1, streaming) on each step; 0 skips it.")
 @click.option("--no-progress", is_flag=True)
 @API_KEY_OPTION
+@ISOLATION_OPTION
 @DB_OPTION
 @JSON_OPTION
 def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str | None, max_tokens: int,
-                       concurrency: int, speed_n: int, no_progress: bool, api_key: str | None, db: str | None,
-                       as_json: bool) -> None:
+                       concurrency: int, speed_n: int, no_progress: bool, api_key: str | None, isolation: str,
+                       db: str | None, as_json: bool) -> None:
     """Launch (when the file says how), evaluate and stop each step in turn."""
     store = write_store(db)
+    check_tasks(task_list(task), isolation)
     ladder = prepare_ladder(load_ladder(ladder_file))
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=concurrency,
-                   settings=DecodingSettings(max_tokens=max_tokens), api_key=api_key)
+                   settings=DecodingSettings(max_tokens=max_tokens), api_key=api_key, isolation=isolation)
     tasks = tuple(task_list(task))
     plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
                       speed_workloads=workloads_for(tasks) if speed_n else (), speed_n=max(speed_n, 2))
@@ -118,17 +120,20 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
 @click.option("--full", is_flag=True, help="All 400 GSM8K questions and 164 HumanEval problems (hours on a CPU).")
 @click.option("--data", type=click.Path(), help="GSM8K file or folder, or 'hub' (default: the copy shipped with evalsvc).")
 @click.option("--no-progress", is_flag=True)
+@ISOLATION_OPTION
 @DB_OPTION
 @JSON_OPTION
-def demo_command(full: bool, data: str | None, no_progress: bool, db: str | None, as_json: bool) -> None:
+def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str, db: str | None,
+                 as_json: bool) -> None:
     """Build and serve the embedded CPU ladder, evaluate it and print the comparison."""
     raw = load_ladder(embedded_ladder_path())
     times = times_here()
     max_tokens = DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS
     with long_step(demo_step(raw, full), times, beat=False):  # each long part beats on its own
         store = write_store(db)
+        check_tasks(TASK_NAMES, isolation)  # before the engine build: a missing sandbox stops the demo in seconds
         ladder = prepare_ladder(raw)
-        base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1,
+        base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1, isolation=isolation,
                        settings=DecodingSettings(max_tokens=max_tokens))
         limits = {task: None if full else DEMO_LIMITS[task] for task in TASK_NAMES}
         plan = LadderPlan(tasks=TASK_NAMES, limits=limits, data=data, base=base,

@@ -55,6 +55,11 @@ API_KEY_OPTION = click.option(
          "to every local user.",
 )
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+ISOLATION_OPTION = click.option(
+    "--isolation", type=click.Choice(["bwrap", "process"]), default="bwrap", show_default=True,
+    help="How HumanEval programs are sandboxed: bwrap (bubblewrap; scoring refuses without it), or process: "
+         "weaker, only for models you trust.",
+)
 
 
 class FiniteNumber(click.ParamType):
@@ -119,6 +124,7 @@ def task_list(task: str) -> list[str]:
 @click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")
 @click.option("--resume/--no-resume", default=True, show_default=True, help="Continue a stored run with the same identity.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@ISOLATION_OPTION
 @DB_OPTION
 @JSON_OPTION
 def run_command(**opts: Any) -> None:
@@ -132,6 +138,7 @@ def run_command(**opts: Any) -> None:
             template=opts["template"] if opts["task"] != "all" else None, data=opts["data"] if task == "gsm8k" else None,
             limit=opts["limit"], settings=settings, concurrency=opts["concurrency"], api_key=opts["api_key"],
             new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"],
+            isolation=opts["isolation"],
         )
         outcomes.append(run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])))
     if opts["as_json"]:
@@ -229,6 +236,7 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
     click.echo(f"run {summary.run_id}: {summary.endpoint} ({info['model']} at {info['base_url']})")
     click.echo(f"task {summary.task}, template {summary.template}, mode {info['mode']}, status {summary.status}")
     click.echo(f"decoding {json.dumps(info['decoding'], sort_keys=True)}")
+    click.echo(f"sandbox isolation {summary.isolation or 'n/a (scoring runs no code)'}")
     click.echo(f"items {summary.n}/{summary.n_items}: " + summary_line(summary))
     if info["error"]:
         click.echo(f"error: {info['error']}")

@@ -44,7 +44,8 @@ DEFAULT_MARGINS = rule.Margins()
 
 def run_info(run: Run) -> stats.RunInfo:
     return stats.RunInfo(run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
-                         decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash)
+                         decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash,
+                         isolation=run.isolation)
 
 
 def workload_of(task: str) -> str:

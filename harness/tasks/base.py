@@ -37,6 +37,10 @@ class Task(Protocol):
     score_blocks: bool  # True when scoring waits on something (a sandbox): the runner then scores in a thread
     templates: dict[str, PromptTemplate]
     default_template: str
+    isolation: str | None  # the sandbox scoring runs in, None when scoring runs no code
+
+    def prepare(self) -> None:
+        """Check, before the first item, that scoring works here; raise a TaskError-like domain error if not."""
 
     def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]: ...
 

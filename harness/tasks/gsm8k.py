@@ -112,6 +112,7 @@ class GSM8K:
     name = "gsm8k"
     workload = "math"
     score_blocks = False  # a regex: cheaper inline than a thread hop
+    isolation = None  # scoring runs no code
     default_template = "zeroshot-chat"
 
     def __init__(self) -> None:
@@ -121,6 +122,9 @@ class GSM8K:
             "zeroshot-chat": PromptTemplate("zeroshot-chat", 1, "chat", _zero_shot_chat),
             "fewshot-completion": PromptTemplate("fewshot-completion", 1, "completions", self._few_shot_completion),
         }
+
+    def prepare(self) -> None:
+        """Nothing to check: scoring is a regex."""
 
     def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]:
         """The first `limit` test questions (400 when None), from `data`, else $EVALSVC_GSM8K_DATA,

