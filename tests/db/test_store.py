@@ -222,3 +222,37 @@ def test_lone_surrogates_and_nul_are_marked_not_fatal(store: Store) -> None:
     assert item.completion == marked and item.reasoning == marked
     # Inside the request JSON a NUL is an escape sequence, so only the surrogate needs marking.
     assert json.loads(item.request)["messages"][0]["content"] == marked.replace("nul \ufffd", "nul \x00")
+
+
+def test_isolation_migration_backfills_humaneval_runs_from_their_items(tmp_path: Path) -> None:
+    """Runs stored before runs.isolation existed get what their items recorded; runs that ran no code stay NULL."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from db.engine import _alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0004")
+        conn.execute(text("insert into endpoints (id, name, base_url, model, fingerprint, metadata, created_at) "
+                          "values (1, 'e', 'u', 'm', '{}', '{}', '2026-01-01')"))
+        for run_id, task, isolations in ((1, "humaneval", ["process", "process"]), (2, "humaneval", ["bwrap", "process"]),
+                                         (3, "gsm8k", [None]), (4, "humaneval", [])):
+            conn.execute(text("insert into runs (id, endpoint_id, task, template, mode, decoding, config_hash, "
+                              "dataset_hash, n_items, repeat, status, started_at) values (:id, 1, :task, 't', 'chat', "
+                              "'{}', :id, 'd', 2, 0, 'complete', '2026-01-01')"), {"id": run_id, "task": task})
+            for n, isolation in enumerate(isolations):
+                detail = json.dumps({"outcome": "passed", "isolation": isolation} if isolation else {})
+                conn.execute(text("insert into items (run_id, item_id, item_hash, status, reference, request, "
+                                  "completion, truncated, latency_s, attempts, detail, created_at) values "
+                                  "(:run, :item, 'h', 'ok', '', '', '', 0, 0, 1, :detail, '2026-01-01')"),
+                             {"run": run_id, "item": f"i{n}", "detail": detail})
+    engine.dispose()
+    store = open_store(url)
+    with store.session() as session:
+        found = dict(session.execute(select(Run.id, Run.isolation).order_by(Run.id)).all())
+    store.dispose()
+    assert found == {1: "process", 2: "mixed", 3: None, 4: None}

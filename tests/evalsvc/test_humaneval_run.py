@@ -59,7 +59,7 @@ def test_a_sandbox_failure_is_an_error_row_never_a_wrong_answer(db_path: str) ->
     with FakeOpenAI(respond_hostile) as server:
         result = run_cli("run", "--endpoint", "step4", "--url", server.base_url, "--model", "fake-model",
                          "--task", "humaneval", "--limit", "4", "--db", db_path, "--no-progress", "--json")
-    run = json.loads(result.output)["runs"][0]
+    run = json.loads(result.stdout)["runs"][0]
     assert (run["n"], run["errors"], run["correct"]) == (4, 2, 2)
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute("select item_id, status, correct, error from items order by item_id").fetchall()
@@ -95,7 +95,7 @@ def test_isolation_is_stored_shown_and_runs_under_different_isolation_are_not_pa
         for endpoint, isolation in (("step-a", "bwrap"), ("step-b", "process")):
             run_cli("run", "--endpoint", endpoint, "--url", server.base_url, "--model", "fake-model", "--task",
                     "humaneval", "--limit", "3", "--isolation", isolation, "--db", db_path, "--no-progress")
-    shown = {e: json.loads(run_cli("show", e, "--db", db_path, "--json").output)["isolation"] for e in ("step-a", "step-b")}
+    shown = {e: json.loads(run_cli("show", e, "--db", db_path, "--json").stdout)["isolation"] for e in ("step-a", "step-b")}
     assert shown == {"step-a": "bwrap", "step-b": "process"}
     assert "sandbox isolation process" in run_cli("show", "step-b", "--db", db_path).output
     refused = run_cli("compare", "step-a", "step-b", "--db", db_path)

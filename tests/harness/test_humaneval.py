@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from harness.code_extract import Extracted, build_program
 from harness.sandbox import Program, run_many
 from harness.tasks import get_task, pick_template
-from harness.tasks.humaneval import STOP_SEQUENCES, HumanEval, HumanEvalDataError
+from harness.tasks import humaneval as humaneval_module
+from harness.tasks.humaneval import SOLUTION_IMPORTS, STOP_SEQUENCES, TEST_IMPORTS, HumanEval, HumanEvalDataError
 from harness.types import Completion, stable_hash
 
 
@@ -41,16 +44,22 @@ def test_loads_the_164_packaged_problems(samples: list) -> None:
     assert len({s.item_hash for s in samples}) == 164
 
 
-def test_canonical_solutions_all_pass(samples: list) -> None:
-    results = run_many(_programs(samples, None))
+# 'process' starts an interpreter per program: slow on two cores.
+ISOLATIONS = ["bwrap", pytest.param("process", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_canonical_solutions_all_pass(samples: list, isolation: str) -> None:
+    results = run_many(_programs(samples, None), isolation=isolation)
     failures = {s.item_id: r for s, r in zip(samples, results) if not r.passed}
     assert failures == {}
-    assert {r.isolation for r in results} <= {"bwrap", "process"}
+    assert {r.isolation for r in results} == {isolation}
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("body", ["    pass\n", ""], ids=["pass", "prompt-only"])
-def test_every_problem_fails_against_an_empty_body(samples: list, body: str) -> None:
-    results = run_many(_programs(samples, body))
+def test_every_problem_fails_against_an_empty_body(samples: list, body: str, isolation: str) -> None:
+    results = run_many(_programs(samples, body), isolation=isolation)
     passes = [s.item_id for s, r in zip(samples, results) if r.passed]
     assert passes == []
     # An empty body must fail in the test, not crash the sandbox.
@@ -112,3 +121,30 @@ def test_score_end_to_end(samples: list) -> None:
     assert results["wrong"].detail["error_type"] == "AssertionError"
     assert results["hostile"].detail["outcome"] == "exited"
     assert (results["prose"].detail["outcome"], results["prose"].extracted) == ("no_code", None)
+
+
+def _imported_modules(sources: list[str]) -> set[str]:
+    found = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_self_check_imports_every_module_solutions_and_tests_import(samples: list) -> None:
+    """The hard-coded lists the sandbox self-check imports are what the data imports (prompts + canonical bodies; tests)."""
+    assert set(SOLUTION_IMPORTS) == _imported_modules([s.prompt + s.reference for s in samples])
+    assert set(TEST_IMPORTS) == _imported_modules([s.metadata["test"] for s in samples])
+    assert set(SOLUTION_IMPORTS) | set(TEST_IMPORTS) <= set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "process"])
+def test_self_check_passes_here(isolation: str) -> None:
+    """On this machine (root, interpreter under a 0700 home) both isolations import what solutions need."""
+    task = HumanEval(isolation=isolation)
+    humaneval_module._checked.discard(isolation)
+    task.prepare()
+    assert isolation in humaneval_module._checked

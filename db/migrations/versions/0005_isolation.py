@@ -4,8 +4,8 @@ HumanEval runs stored before this revision get the isolation their items
 recorded (each item's detail holds it), "mixed" when they differ; runs that
 execute no code keep NULL.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 from collections import defaultdict
@@ -14,8 +14,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0004'
-down_revision = '0003'
+revision = '0005'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 
