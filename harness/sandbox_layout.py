@@ -48,6 +48,8 @@ import subprocess
 import sys
 from typing import NamedTuple
 
+from harness.errors import UserError
+
 TMP_MB = 64
 _DEV_NODES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 _DEV_LINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
@@ -56,7 +58,7 @@ _PACKAGE_DIRS = ("site-packages", "dist-packages")
 _MAX_LINK_HOPS = 40
 
 
-class LayoutError(Exception):
+class LayoutError(UserError):
     """The interpreter's files could not be worked out (no `ldd`, a broken interpreter)."""
 
 
