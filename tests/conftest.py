@@ -109,3 +109,36 @@ def wait_until_gone(find: Callable[[], list[int]], timeout_s: float = STOP_BOUND
     while (left := find()) and time.monotonic() - started < timeout_s:
         time.sleep(0.05)
     return left, time.monotonic() - started
+
+
+def process_tree(root: int) -> list[tuple[int, int]]:
+    """(pid, start time) of `root` and every live descendant, from /proc (sandboxed ones too, whose environment
+    is cleared)."""
+    parents: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else None
+        except (OSError, IndexError):
+            continue
+        if fields and fields[0] != "Z":
+            parents[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    tree, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in parents:
+            tree.append((pid, parents[pid][1]))
+            frontier.extend(child for child, (ppid, _) in parents.items() if ppid == pid)
+    return tree
+
+
+def still_running(processes: list[tuple[int, int]]) -> list[int]:
+    """Those of `processes` (pid, start time) that still run: a reused pid does not count."""
+    left = []
+    for pid, started in processes:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[19]) == started:
+            left.append(pid)
+    return left

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dashboard import background
-from tests.conftest import GSM8K_TEST, ROOT, tagged_processes, wait_until_gone
+from tests.conftest import GSM8K_TEST, ROOT, process_tree, still_running, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
-from tests.fake_openai import FakeOpenAI, gsm8k_oracle
+from tests.fake_openai import FakeOpenAI, Reply, gsm8k_oracle
 
 N_ITEMS = 40
 STATES = {signal.SIGINT: "interrupted", signal.SIGTERM: "interrupted", signal.SIGHUP: "interrupted",
@@ -92,3 +92,34 @@ def test_signal_to_a_dashboard_job_leaves_nothing_and_the_job_resumes(
     assert len(items) == N_ITEMS == len({item_id for _, item_id in items})
     assert items[: len(kept)] == kept  # finished before the signal, kept and not redone
     assert wait_until_gone(lambda: tagged_processes(tag))[0] == []  # the job records its exit code, then exits
+
+
+def slow_code(body: dict) -> Reply:
+    """A HumanEval answer whose body sleeps a little: each item keeps a sandbox process busy."""
+    return Reply(text="```python\n    import time\n    time.sleep(0.3)\n    return None\n```")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_humaneval_job_takes_its_sandbox_processes_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    db = str(tmp_path / "jobs.db")
+    with FakeOpenAI(slow_code, latency_s=0.1) as server:
+        request = background.EvalRequest("code-step", server.base_url, "fake-model", ("humaneval",), limit=30,
+                                         concurrency=2)
+        first = background.start_job(request, db)
+        job = wait_mid_run(db, first.job_id, stored_at_least=3)
+        tree = process_tree(job.pid)
+        assert len(tree) >= 2, "the job runs no sandbox process: nothing to check"
+        os.kill(job.pid, sig)
+        left, waited = wait_until_gone(lambda: still_running(tree))
+        assert left == [], f"{sig.name}: {left} of the job's processes {tree} alive {waited:.1f} s after the signal"
+        assert wait_ended(db, first.job_id, timeout_s=30).state == STATES[sig]
+
+        again = background.start_job(request, db)
+        done = wait_ended(db, again.job_id)
+        assert done.state == "finished", background.log_tail(done)
+    runs, items = runs_and_items(db)
+    assert [status for _, status in runs] == ["complete"] and len(items) == 30
