@@ -32,6 +32,7 @@ def render_sidebar(url: str) -> None:
     except StoreError:
         return  # each page explains the failure
     widgets.ladder_sidebar(runs)
+    widgets.margins_sidebar(runs)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from db.engine import DB_ENV, Store, open_store, to_url
 from db.models import Endpoint
 from db.speed import speed_run_ids
 from evalsvc import compare, stats, timing
-from evalsvc.decision import build
+from evalsvc.decision import build, rule
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +176,13 @@ def pair(
     """The paired items and comparison of run B against run A; only `columns` of each run's items when given."""
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     # `force` changes nothing when the settings agree: one cache entry then serves every caller.
-    return _pair(url, key_a, key_b, force and bool(stats.settings_differences(info_a, info_b)), columns)
+    forced = force and bool(stats.settings_differences(info_a, info_b))
+    return _pair(url, key_a, key_b, forced, columns, margins().of(info_a.task))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[str, ...] | None) -> PairResult:
+def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[str, ...] | None,
+          margin: float) -> PairResult:
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     items_a, items_b = load_items(url, key_a), load_items(url, key_b)
     if columns is not None:
@@ -191,8 +193,6 @@ def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[st
         return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
     except stats.PairingError as exc:
         return PairResult(None, pd.DataFrame(), str(exc))
-    # The pair's own verdict, with the margin the ladder uses for the task (the default margins).
-    margin = build.DEFAULT_MARGINS.of(info_a.task)
     return PairResult(compare.summarize_pairing(paired, margin), paired.items, None, paired.differences)
 
 
@@ -212,15 +212,29 @@ def _speed_key(url: str, steps: tuple[str, ...]) -> tuple[int, ...]:
         return speed_run_ids(session, steps)
 
 
+MARGIN_KEY = "margin_points_{task}"
+
+
+def margins() -> rule.Margins:
+    """The margins set in the sidebar, per task in points (default 2), as `--margin TASK=POINTS` sets them."""
+    per_task = []
+    for key, value in st.session_state.items():
+        task = str(key).removeprefix(MARGIN_KEY.format(task=""))
+        if task != key and value is not None:
+            per_task.append((task, float(value) / 100))
+    return rule.Margins(build.DEFAULT_MARGINS.default, tuple(sorted(per_task)))
+
+
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _ladder(url: str, steps: tuple[str, ...], run_keys_: tuple[RunKey, ...], speeds: tuple[int, ...],
-            force: bool) -> build.LadderDecision | str:
+            force: bool, margins_: rule.Margins) -> build.LadderDecision | str:
     """The ladder's runs, comparisons, lengths and decisions, as the CLI's `report` makes them; or why not.
 
     Shared, not copied, like `load_items`.
     """
     try:
-        return build.build_ladder(get_store(url), steps, force=force, lengths=False)  # no page shows that table
+        # No page shows the length table: leave out its intervals.
+        return build.build_ladder(get_store(url), steps, force=force, margins=margins_, lengths=False)
     except (stats.PairingError, queries.NotFound, ValueError) as exc:
         return str(exc)
 
@@ -229,7 +243,7 @@ def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = Fal
     """Every figure of the ladder `steps`, from `evalsvc.decision.build`; or why there is none."""
     if len(steps) < 2:
         return "pick at least two steps to compare"
-    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), _speed_key(url, tuple(steps)), force)
+    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), _speed_key(url, tuple(steps)), force, margins())
 
 
 def step_runs(runs: pd.DataFrame, steps: Sequence[str], url: str | None = None) -> dict[str, dict[str, RunKey]]:

@@ -16,6 +16,7 @@ import streamlit as st
 
 from dashboard import analysis, data
 from db.engine import StoreError
+from evalsvc.decision import rule
 from harness.redact import mask_url
 
 PAGES = {
@@ -74,6 +75,16 @@ def ladder_sidebar(runs: pd.DataFrame) -> list[str]:
         "Ladder steps, in order", order, default=order, key=STEPS_KEY,
         help="The endpoints that form the ladder; the order picked is the order compared.",
     )
+
+
+def margins_sidebar(runs: pd.DataFrame) -> None:
+    """Non-inferiority margin per task, in points: the verdicts and decisions of every page use them."""
+    with st.sidebar.expander("Margins (accuracy points)"):
+        for task in analysis.tasks_in(runs):
+            st.number_input(task, min_value=0.1, max_value=100.0, value=100 * rule.DEFAULT_MARGIN, step=0.5,
+                            key=data.MARGIN_KEY.format(task=task),
+                            help=f"As `evalsvc report --margin {task}=POINTS`: a drop smaller than this is "
+                                 "acceptable. 164 HumanEval problems cannot establish 2 points.")
 
 
 def selected_steps(runs: pd.DataFrame) -> list[str]:

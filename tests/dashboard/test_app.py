@@ -119,6 +119,23 @@ def test_ladder_steps_follow_the_sidebar_choice(monkeypatch: pytest.MonkeyPatch,
     assert list(grid_frame(at, 3).index) == ["bf16", "int4-spec-kernel"]
 
 
+def test_sidebar_margins_change_verdicts_as_the_cli_option_does(
+    monkeypatch: pytest.MonkeyPatch, seeded_db: str
+) -> None:
+    at = open_app(monkeypatch, seeded_db)
+    assert list(grid_frame(at, 1)["decision"])[2] == "can't tell yet"  # kernel: 2 of 164 lost, CI -3.3 to +0.9
+    at.sidebar.number_input(key="margin_points_humaneval").set_value(5.0).run()
+    assert not at.exception
+    code_chain = grid_frame(at, 1)
+    assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "take int4-spec-kernel"]
+    assert list(code_chain["accuracy"])[2] == "no change beyond the margin (5.0 pts)"
+    from tests.conftest import run_cli
+
+    cli = json.loads(run_cli("compare", "int4-spec", "int4-spec-kernel", "--task", "humaneval", "--margin",
+                             "humaneval=5", "--db", seeded_db, "--json").stdout)["comparisons"][0]
+    assert cli["verdict"] == "no change beyond the margin" and cli["margin"] == pytest.approx(0.05)
+
+
 def data_steps_key() -> str:
     from dashboard import widgets
 
