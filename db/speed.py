@@ -45,6 +45,7 @@ class SpeedSampleRow(Base):
     total_s: Mapped[float] = mapped_column(Float, default=0.0)
     finish_reason: Mapped[Optional[str]] = mapped_column(String(50))
     accept_length: Mapped[Optional[float]] = mapped_column(Float)
+    reasoning_tokens: Mapped[Optional[int]] = mapped_column(Integer)
     error: Mapped[Optional[str]] = mapped_column(Text)
 
 
@@ -61,7 +62,8 @@ def add_speed_run(
         SpeedSampleRow(
             speed_run_id=run.id, prompt_id=prompt_id, ttft_s=s.ttft_s, decode_tps=s.decode_tps,
             output_tokens=s.output_tokens, token_source=s.token_source, total_s=s.total_s,
-            finish_reason=s.finish_reason, accept_length=s.accept_length, error=s.error,
+            finish_reason=s.finish_reason, accept_length=s.accept_length, reasoning_tokens=s.reasoning_tokens,
+            error=s.error,
         )
         for prompt_id, s in samples
     )
@@ -99,6 +101,7 @@ def speed_samples(session: Session, speed_run_id: int) -> list[tuple[str, SpeedS
     return [
         (r.prompt_id, SpeedSample(index=i, ttft_s=r.ttft_s, decode_tps=r.decode_tps, output_tokens=r.output_tokens,
                                   token_source=r.token_source, total_s=r.total_s,  # type: ignore[arg-type]
-                                  finish_reason=r.finish_reason, accept_length=r.accept_length, error=r.error))
+                                  finish_reason=r.finish_reason, accept_length=r.accept_length,
+                                  reasoning_tokens=r.reasoning_tokens, error=r.error))
         for i, r in enumerate(rows)
     ]

@@ -211,9 +211,11 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
     ttft = np.array([s.ttft_s for s in ok], dtype=float)
     tokens = np.array([s.output_tokens or 0 for s in ok], dtype=float)
     accepts = [s.accept_length for s in ok if s.accept_length is not None]
+    reasoning = [s.reasoning_tokens for s in ok if s.reasoning_tokens is not None]
     return {**base, "n": len(samples), "n_ok": len(ok),
             "truncated": sum(1 for s in samples if s.ok and s.finish_reason == "length"),
             "accept_length_mean": float(np.mean(accepts)) if accepts else None, "n_accept_length": len(accepts),
+            "reasoning_tokens_mean": float(np.mean(reasoning)) if len(reasoning) == len(ok) and ok else None,
             "decode_tps_median": float(np.median(tps)) if len(ok) else None,
             "decode_tps_mean": float(tps.mean()) if len(ok) else None,
             "ttft_median_s": float(np.median(ttft)) if len(ok) else None,

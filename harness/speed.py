@@ -15,16 +15,15 @@ greedy. Per request the probe records:
 - ``output_tokens``: ``usage.completion_tokens`` when the server reports
   usage (``stream_options.include_usage``), else the number of text-bearing
   chunks; ``token_source`` says which. Reasoning tokens are included.
+- ``reasoning_tokens``: from the usage chunk, OpenAI's nested
+  ``completion_tokens_details.reasoning_tokens`` or SGLang's top-level
+  ``reasoning_tokens`` (``harness.client.usage_reasoning_field``); an
+  implausible count is left unknown.
 
 A request that fails (HTTP error, an error event or a dropped connection
 mid-stream, a stream that ends without ``[DONE]``) yields a sample with
 ``error`` set and no speed: a broken stream must never look fast. Requests
 are not retried, because a retry would hide the failure in the timing.
-
-- ``reasoning_tokens``: from the usage chunk, OpenAI's nested
-  ``completion_tokens_details.reasoning_tokens`` or SGLang's top-level
-  ``reasoning_tokens`` (``harness.client.usage_reasoning_field``); an
-  implausible count is left unknown.
 
 SGLang extras (``probe_speed_with_spec``): on an SGLang server the measured
 requests ask for ``return_spec_tokens_details``, and SGLang (0.5.23) answers

@@ -187,13 +187,19 @@ def format_speed(s: dict[str, Any]) -> str:
         f"{s['endpoint']} {s['workload']}: {s['n_ok']}/{s['n']} requests measured (batch 1, streaming)",
         f"  decode {s['decode_tps_median']:.1f} tok/s median, {s['decode_tps_mean']:.1f} mean",
         f"  time to first token {s['ttft_median_s'] * 1000:.0f} ms median; "
-        f"output tokens {s['output_tokens_mean']:.1f} mean",
+        f"output tokens {s['output_tokens_mean']:.1f} mean" + _reasoning_part(s),
     ]
     if s.get("truncated"):
         lines.append(f"  {s['truncated']} answers cut at the cap of {s['max_tokens']} tokens: their lengths are not "
                      "whole, and a chat decision is refused on them; measure again with a larger --max-tokens")
     lines.extend(_accept_length_lines(s))
     return "\n".join(lines)
+
+
+def _reasoning_part(s: dict[str, Any]) -> str:
+    """How much of the mean output was reasoning, when the server counted it for every request."""
+    mean = s.get("reasoning_tokens_mean")
+    return f" ({mean:.1f} of them reasoning)" if mean is not None else ""
 
 
 def _accept_length_lines(s: dict[str, Any]) -> list[str]:

@@ -77,7 +77,10 @@ def test_speed_on_sglang_stores_and_prints_the_probes_acceptance_apart_from_the_
     info = sglang_fixture("server_info.json")["responses"]["eagle3_one_rank"]
     # The server's average since start is 3.0 over 3000 verify steps; every reply here (warm-up included) is
     # 24 tokens in 12 steps, so the probe's own acceptance length is 2.0.
-    reply = Reply(text=" ".join(["w"] * 24), completion_tokens=24, spec_verify_ct=12)
+    usage = {"prompt_tokens": 31, "total_tokens": 55, "completion_tokens": 24, "prompt_tokens_details": None,
+             "reasoning_tokens": 16, "completion_tokens_details": {"reasoning_tokens": 16}}  # SGLang 0.5.23's shape
+    reply = Reply(text=" ".join(["w"] * 8), reasoning=" ".join(["r"] * 16), completion_tokens=24, spec_verify_ct=12,
+                  extra={"usage": usage})
     with FakeOpenAI(lambda body: reply, sglang=FakeSGLang(dict(info))) as server:
         args = ("speed", "--endpoint", "eagle", "--url", server.base_url, "--model", "fake-model",
                 "--workload", "chat", "--n", "2", "--db", db_path)
@@ -88,6 +91,8 @@ def test_speed_on_sglang_stores_and_prints_the_probes_acceptance_apart_from_the_
     assert spec["probe_accept_length"] == pytest.approx(2.0)
     assert spec["lifetime_after"] == pytest.approx((9000 + 24 * 3) / (3000 + 12 * 3))
     assert (stored["accept_length_mean"], stored["n_accept_length"]) == (pytest.approx(2.0), 2)
+    assert stored["reasoning_tokens_mean"] == 16.0
+    assert "output tokens 24.0 mean (16.0 of them reasoning)" in text
     assert "accept length 2.00 mean over 2 requests" in text
     assert "accept length 2.00 over this probe (48 tokens / 24 verify steps)" in text
     assert "server's average since it started (not this probe's)" in text

@@ -189,3 +189,13 @@ def test_stream_usage_reasoning_tokens_in_either_place(shape: str, expected: int
         samples, _ = run_probe(server, ["2+2?"])
     assert (samples[0].output_tokens, samples[0].token_source) == (usage["completion_tokens"], "usage")
     assert samples[0].reasoning_tokens == expected
+
+
+@pytest.mark.parametrize("bad", [-3, "16", 1.5, 10**12])
+def test_an_impossible_reasoning_count_is_unknown_and_the_speed_still_measured(bad: Any) -> None:
+    reply = Reply(text="It is 4.", reasoning="two plus two",
+                  extra={"usage": {"prompt_tokens": 5, "completion_tokens": 7, "reasoning_tokens": bad}})
+    with FakeOpenAI(lambda body: reply) as server:
+        samples, _ = run_probe(server, ["2+2?"])
+    assert samples[0].ok and samples[0].output_tokens == 7
+    assert samples[0].reasoning_tokens is None
