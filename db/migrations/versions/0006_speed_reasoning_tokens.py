@@ -3,16 +3,16 @@
 Read from the stream's usage chunk, where the server puts it (OpenAI nests it,
 SGLang reports it at the top level). Rows stored before have it unknown (NULL).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0005'
-down_revision = '0004'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
