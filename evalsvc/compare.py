@@ -201,7 +201,8 @@ def describe_settle(task: str, s: rule.Settle) -> str:
     items = f"{s.n} item{'' if s.n == 1 else 's'}"
     head = f"What would settle it: these {items} establish a margin of {_points(s.smallest_margin, signed=False)} points"
     if s.more_items_possible and s.items_needed is not None and s.items_needed > s.n:
-        return f"{head}; about {s.items_needed} items at the observed rates would settle it at a {_points(s.margin, signed=False)}-point margin (--limit)."
+        return (f"{head}; about {s.items_needed} items at the observed rates would settle it at a "
+                f"{_points(s.margin, signed=False)}-point margin (--limit {s.items_needed} reuses the stored items).")
     if s.best_margin >= s.margin:
         why = (f"{items} can never establish {_points(s.margin, signed=False)} points (even identical answers "
                f"leave an interval down to -{_points(s.best_margin, signed=False)})")

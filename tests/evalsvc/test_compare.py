@@ -175,7 +175,7 @@ humaneval  bf16  awq   20    12       1       5        2  65.0%  85.0%  +20.0  -
 B-A, CI and MDE in accuracy points; MDE at 80% power (none: these items detect no difference). Verdicts read the 95% CI against the margin (the rule: `evalsvc compare --help`).
 
 gsm8k, awq vs bf16: No change beyond the margin of 2.0 points: accuracy changed by +0.2 points (95% CI -1.3 to +1.8 points; exact McNemar p = 1.000). With 401 items, of which the runs disagree on only 7, the test detects no difference with 80% power.
-humaneval, awq vs bf16: Inconclusive: the interval reaches from a drop of 2.0 points or more to no drop at all: accuracy changed by +20.0 points (95% CI -5.2 to +42.6 points; exact McNemar p = 0.219). What would settle it: these 20 items establish a margin of 5.2 points; about 22 items at the observed rates would settle it at a 2.0-point margin (--limit). With 20 items, of which the runs disagree on only 6, the test detects no difference with 80% power. 2 items were left out (1 missing in B, 1 error in A).
+humaneval, awq vs bf16: Inconclusive: the interval reaches from a drop of 2.0 points or more to no drop at all: accuracy changed by +20.0 points (95% CI -5.2 to +42.6 points; exact McNemar p = 0.219). What would settle it: these 20 items establish a margin of 5.2 points; about 22 items at the observed rates would settle it at a 2.0-point margin (--limit 22 reuses the stored items). With 20 items, of which the runs disagree on only 6, the test detects no difference with 80% power. 2 items were left out (1 missing in B, 1 error in A).
 """
 
 EXPECTED_MARKDOWN = """\
@@ -187,7 +187,7 @@ EXPECTED_MARKDOWN = """\
 B-A, CI and MDE in accuracy points; MDE at 80% power (none: these items detect no difference). Verdicts read the 95% CI against the margin (the rule: `evalsvc compare --help`).
 
 - gsm8k, awq vs bf16: No change beyond the margin of 2.0 points: accuracy changed by +0.2 points (95% CI -1.3 to +1.8 points; exact McNemar p = 1.000). With 401 items, of which the runs disagree on only 7, the test detects no difference with 80% power.
-- humaneval, awq vs bf16: Inconclusive: the interval reaches from a drop of 2.0 points or more to no drop at all: accuracy changed by +20.0 points (95% CI -5.2 to +42.6 points; exact McNemar p = 0.219). What would settle it: these 20 items establish a margin of 5.2 points; about 22 items at the observed rates would settle it at a 2.0-point margin (--limit). With 20 items, of which the runs disagree on only 6, the test detects no difference with 80% power. 2 items were left out (1 missing in B, 1 error in A).
+- humaneval, awq vs bf16: Inconclusive: the interval reaches from a drop of 2.0 points or more to no drop at all: accuracy changed by +20.0 points (95% CI -5.2 to +42.6 points; exact McNemar p = 0.219). What would settle it: these 20 items establish a margin of 5.2 points; about 22 items at the observed rates would settle it at a 2.0-point margin (--limit 22 reuses the stored items). With 20 items, of which the runs disagree on only 6, the test detects no difference with 80% power. 2 items were left out (1 missing in B, 1 error in A).
 """
 
 
