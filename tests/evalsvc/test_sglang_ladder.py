@@ -219,5 +219,7 @@ def test_placeholder_must_be_set_before_the_ladder_runs() -> None:
     assert ladder.placeholders() == USER_PLACEHOLDERS
     with pytest.raises(LadderError, match=r"CUSTOM_DRAFT_ATTENTION_BACKEND.*not defined"):
         resolve_ladder(ladder, {})
-    resolved = resolve_ladder(ladder, {"CUSTOM_DRAFT_ATTENTION_BACKEND": "fa4"})
-    assert "fa4" in resolved.steps[3].launch.command  # type: ignore[union-attr]
+    resolved = resolve_ladder(ladder, {"CUSTOM_DRAFT_ATTENTION_BACKEND": "flashinfer"})
+    for step in resolved.steps[3:]:
+        _, problems = flag_values(step.launch.command, step.name)  # type: ignore[union-attr]
+        assert problems == [] and "flashinfer" in step.launch.command  # type: ignore[union-attr]
