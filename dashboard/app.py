@@ -25,12 +25,13 @@ def build_navigation() -> StreamlitPage:
 
 
 def render_sidebar(url: str) -> None:
-    """The store in use and the ladder's steps, on every page."""
+    """The store in use and the ladder's steps, on every page; above each page, runs with many unknown token counts."""
     st.sidebar.caption(f"Store: `{mask_url(url)}`")
     try:
         runs = data.load_runs(url)
     except StoreError:
         return  # each page explains the failure
+    widgets.token_warnings(runs)
     widgets.ladder_sidebar(runs)
     widgets.margins_sidebar(runs)
 

@@ -35,7 +35,7 @@ RUNS_TTL_S = 2.0
 RUN_COLUMNS = (
     "run_id", "endpoint", "task", "template", "mode", "decoding", "config_hash", "status", "n_items", "n",
     "correct", "errors", "truncated", "accuracy", "mean_completion_tokens", "repeat", "started_at", "finished_at",
-    "error", "isolation",
+    "error", "isolation", "unknown_tokens",
 )
 
 

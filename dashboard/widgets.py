@@ -16,6 +16,7 @@ import streamlit as st
 
 from dashboard import analysis, data
 from db.engine import StoreError
+from evalsvc import token_counts
 from evalsvc.decision import rule
 from harness.redact import mask_url
 
@@ -62,6 +63,14 @@ def runs_or_stop(url: str, need_complete: bool = True) -> pd.DataFrame:
         start_guide(url)
         st.stop()
     return runs
+
+
+def token_warnings(runs: pd.DataFrame) -> None:
+    """At the top of every page: each run whose token counts are too often unknown to read its lengths plainly."""
+    for row in runs.itertuples(index=False):
+        warning = token_counts.token_warning(row)  # type: ignore[arg-type]  # a row has the summary's fields
+        if warning is not None:
+            st.warning(warning.describe(), icon=":material/warning:")
 
 
 def ladder_sidebar(runs: pd.DataFrame) -> list[str]:

@@ -403,6 +403,17 @@ def _summary(row: Any) -> RunSummary:
     )
 
 
+def unknown_token_reasons(session: Session, run_id: int) -> dict[str, int]:
+    """Why answered items of the run have no completion token count: reason -> items, most frequent first."""
+    query = (
+        select(func.coalesce(Item.response_issue, "no reason stored"), func.count(Item.id))
+        .where(Item.run_id == run_id, Item.status == "ok", Item.completion_tokens.is_(None))
+        .group_by(Item.response_issue)
+        .order_by(func.count(Item.id).desc(), Item.response_issue)
+    )
+    return {reason: int(count) for reason, count in session.execute(query)}
+
+
 def get_runs(session: Session, run_ids: list[int]) -> dict[int, Run]:
     """The runs with these ids, by id, in one query; ids not in the store are left out."""
     if not run_ids:

@@ -81,17 +81,18 @@ def render_aside(ladder: LadderDecision, markdown: bool = False) -> str:
 def render_lengths(rows: Sequence[LengthRow], markdown: bool = False) -> str:
     """One row per comparison: tokens A and B, their ratio with its 95% interval, changed answers."""
     header = ("task", "step A", "step B", "n", "answers changed", "mean tok A", "mean tok B", "B/A tokens",
-              "95% CI", "Wilcoxon p", "truncated A/B")
+              "95% CI", "Wilcoxon p", "truncated A/B", "left out")
     body = []
     for r in rows:
         w = r.inflation.all_items
         p = "-" if w.wilcoxon_p is None else compare.format_p(w.wilcoxon_p)
         body.append([r.task, r.step_a, r.step_b, str(w.n), str(r.answers_changed), f"{w.mean_a:.1f}",
                      f"{w.mean_b:.1f}", f"{w.ratio_of_means:.3f}", f"{w.ci[0]:.3f}-{w.ci[1]:.3f}", p,
-                     f"{r.inflation.truncated_a}/{r.inflation.truncated_b}"])
+                     f"{r.inflation.truncated_a}/{r.inflation.truncated_b}", str(r.inflation.n_missing)])
     render = compare.render_markdown_table if markdown else compare.render_text_table
     title = "## Output length" if markdown else "Output length (completion tokens, paired items; ratio of means, paired bootstrap CI)"
-    return f"{title}\n\n{render(header, body)}"
+    note = "Left out: paired items where either side has no valid token count (the endpoint sent none or an impossible one)."
+    return f"{title}\n\n{render(header, body)}\n\n{note}"
 
 
 # -- decisions in words -------------------------------------------------------------------

@@ -78,7 +78,7 @@ class LengthInflation:
     """Output-length change of B over A, on all paired items and on the both-correct ones.
 
     `n_missing` pairs were left out because either side has no token count
-    (a failed request). Truncations count `finish_reason == "length"` over all
+    (a failed request, or an endpoint that sent none or an impossible one). Truncations count `finish_reason == "length"` over all
     pairs given.
     """
 

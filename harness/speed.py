@@ -22,7 +22,12 @@ greedy. Per request the probe records:
 
 A request that fails (HTTP error, an error event or a dropped connection
 mid-stream, a stream that ends without ``[DONE]``) yields a sample with
-``error`` set and no speed: a broken stream must never look fast. Requests
+``error`` set and no speed: a broken stream must never look fast. So does a
+stream that cannot be trusted: a usage count that is not a plausible integer
+(``harness.response``), usage chunks whose counts go down (several cumulative
+ones are fine: the last counts), text after the finish_reason chunk, a chunk
+that is not an object, or SGLang's ``abort``. An unknown finish_reason is
+stored as None. Requests
 are not retried, because a retry would hide the failure in the timing.
 
 SGLang extras (``probe_speed_with_spec``): on an SGLang server the measured

@@ -346,9 +346,11 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self.connection.shutdown(2)
             elif fault.kind == "short_length":
-                # Declare fewer bytes than are sent: the client reads a cut body, and the rest is left on the line.
+                # Declare fewer bytes than are sent: the client reads a cut body. The connection is closed so the
+                # rest cannot be read as the start of another item's response (a test sees each fault on its item).
                 data = json.dumps(_payload("chat", {}, Reply(text="The answer is 7."), False)).encode()
-                self._raw(200, data, declared=len(data) // 2)
+                self._raw(200, data, {"Connection": "close"}, declared=len(data) // 2)
+                self.close_connection = True
             elif fault.kind == "huge":
                 self._raw(200, b'{"pad": "' + b"x" * (17 * 1024 * 1024) + b'"}')
             elif fault.kind == "bad_utf8":

@@ -103,6 +103,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
     """
     from evalsvc import reports
     from evalsvc.ladder import load_ladder
+    from evalsvc.token_counts import token_warnings
 
     if bool(ladder_file) == bool(endpoints):
         raise click.UsageError("give either a LADDER_FILE or --endpoints a,b,c")
@@ -114,10 +115,16 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
         for name in names:  # an unknown name is an error, never a silently shorter ladder
             queries.get_endpoint(session, name)
     report = reports.ladder_report_for(store, names, baseline=baseline, margins=_margins(margins), force=force)
+    compared = [run for e in report.accuracy.entries for run in (e.comparison.run_a, e.comparison.run_b)]
+    with store.session() as session:
+        warnings = token_warnings(session, compared)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        click.echo(report.render_markdown() if markdown else report.render_text())
+        click.echo(json.dumps({"token_warnings": [w.to_dict() for w in warnings], **report.to_dict()}, indent=2,
+                              default=str))
+        return
+    for warning in warnings:
+        click.echo(warning.describe())
+    click.echo(report.render_markdown() if markdown else report.render_text())
 
 
 @click.command("speed")

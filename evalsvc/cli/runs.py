@@ -12,6 +12,7 @@ from click.core import ParameterSource
 from db import queries
 from db.engine import Store, open_store, store_location
 from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
+from evalsvc.token_counts import token_warning
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
@@ -54,6 +55,7 @@ API_KEY_OPTION = click.option(
     help="Bearer token, if the endpoint needs one. Better given as $EVALSVC_API_KEY: a command line is visible "
          "to every local user.",
 )
+SHOWN_REASONS = 5  # why token counts are unknown: the most frequent reasons `show` lists
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 ISOLATION_OPTION = click.option(
     "--isolation", type=click.Choice(["bwrap", "process"]), default="bwrap", show_default=True,
@@ -146,6 +148,9 @@ def run_command(**opts: Any) -> None:
     else:
         for outcome in outcomes:
             click.echo(describe_outcome(outcome))
+            warning = token_warning(outcome.summary)
+            if warning:
+                click.echo(warning.describe())
         click.echo(f"stored in {store.display_url}")
     if any(o.summary.status == "failed" for o in outcomes):
         raise SystemExit(1)
@@ -229,15 +234,26 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
             "config_hash": run.config_hash,
             "dataset_hash": run.dataset_hash,
             "error": run.error,
+            "unknown_token_reasons": queries.unknown_token_reasons(session, run.id),
         }
+    warning = token_warning(summary)
+    info["token_warning"] = warning.to_dict() if warning else None
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
+    if warning:
+        click.echo(warning.describe())
     click.echo(f"run {summary.run_id}: {summary.endpoint} ({info['model']} at {info['base_url']})")
     click.echo(f"task {summary.task}, template {summary.template}, mode {info['mode']}, status {summary.status}")
     click.echo(f"decoding {json.dumps(info['decoding'], sort_keys=True)}")
     click.echo(f"sandbox isolation {summary.isolation or 'n/a (scoring runs no code)'}")
     click.echo(f"items {summary.n}/{summary.n_items}: " + summary_line(summary))
+    if summary.unknown_tokens:
+        counted = [f"{count} x {reason}" for reason, count in info["unknown_token_reasons"].items()]
+        reasons = "; ".join(counted[:SHOWN_REASONS]) + (
+            f"; and {len(counted) - SHOWN_REASONS} other reasons (--json lists all)" if len(counted) > SHOWN_REASONS else "")
+        click.echo(f"token count unknown for {summary.unknown_tokens} answered items, left out of length and "
+                   f"task-time figures: {reasons}")
     if info["error"]:
         click.echo(f"error: {info['error']}")
 

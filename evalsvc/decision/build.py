@@ -130,7 +130,8 @@ class LengthRow:
                 "answers_changed": self.answers_changed, "mean_tokens_a": whole.mean_a, "mean_tokens_b": whole.mean_b,
                 "ratio_of_means": whole.ratio_of_means, "ratio_ci": list(whole.ci),
                 "median_item_ratio": whole.median_item_ratio, "wilcoxon_p": whole.wilcoxon_p,
-                "truncated_a": self.inflation.truncated_a, "truncated_b": self.inflation.truncated_b}
+                "truncated_a": self.inflation.truncated_a, "truncated_b": self.inflation.truncated_b,
+                "left_out_no_token_count": self.inflation.n_missing}
 
 
 @dataclass(frozen=True)

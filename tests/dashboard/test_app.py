@@ -390,3 +390,29 @@ def test_measured_speeds_are_read_from_the_speed_store(tmp_path: Path) -> None:
     chat = speeds["int4"]["chat"]
     assert chat.measured and chat.effective_tps == pytest.approx(1 / ((1 / 100 + 1 / 200) / 2))
     assert chat.mean_ttft_s == pytest.approx(0.2)
+
+
+# --- unknown token counts ------------------------------------------------------------------
+
+
+def test_a_run_with_many_unknown_token_counts_is_named_above_every_page(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from harness.types import Completion, ItemResult
+    from tests.db.test_store import make_run, sample, save
+
+    db = str(tmp_path / "unknown.db")
+    store = open_store(db)
+    leaky, sound = make_run(store, "leaky"), make_run(store, "sound")
+    for k in range(20):  # leaky: 2 of 20 counts unknown (10%); sound: 1 of 20 (5%, not above the line)
+        for run_id, unknown in ((leaky, k < 2), (sound, k < 1)):
+            done = Completion(text="4", completion_tokens=None if unknown else 10,
+                              issue="completion_tokens nan is not a number" if unknown else None)
+            save(store, run_id, sample(item_id=f"gsm8k/test/{k:04d}"), done, ItemResult(passed=True, extracted="4"))
+    store.dispose()
+    expected = (f"warning: run {leaky} (leaky gsm8k): 2 of 20 answered items (10%) have no valid token count from "
+                f"the endpoint; they are left out of output-length and task-time figures (`evalsvc show {leaky}` "
+                "says why)")
+    for page in (None, "views/length_time.py", "views/evaluate.py"):
+        at = open_app(monkeypatch, db, page)
+        assert [w.value for w in at.warning if "token count" in w.value] == [expected], page
