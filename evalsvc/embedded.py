@@ -30,7 +30,6 @@ import fcntl
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsvc.ladder import read_log_tail
+from evalsvc.servers import run_guarded
 from evalsvc.status import LongStep, StepTimes, long_step
 from harness.errors import UserError
 
@@ -369,11 +369,8 @@ def _run(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log_file:
         log_file.write(f"\n{time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(argv[:3])} ...\n".encode())
-        log_file.flush()
-        result = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture else log_file,
-            stderr=log_file, env={**os.environ, **(env or {})}, check=False,
-        )
-    if result.returncode != 0:
-        raise EngineSetupError(step, f"`{' '.join(argv[:4])} ...` exited with code {result.returncode}", log_path)
-    return result.stdout.decode("utf-8", "replace") if capture else ""
+    # guarded: a build (pip, cmake, compilers) stops with this process, even when it is killed
+    code, out = run_guarded(f"engine setup: {step}", argv, log_path, {**os.environ, **(env or {})}, capture)
+    if code != 0:
+        raise EngineSetupError(step, f"`{' '.join(argv[:4])} ...` exited with code {code}", log_path)
+    return out.decode("utf-8", "replace") if capture else ""

@@ -1,5 +1,6 @@
 """Servers evalsvc launched: a watchdog per launch, a record of each, and
-stopping what an earlier run left behind.
+stopping what an earlier run left behind. Long setup commands run for a user
+(the engine build) are guarded the same way (`run_guarded`).
 
 Every launch is guarded three ways, so that no server outlives its run:
 
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -167,6 +168,30 @@ class ServerGuard:
                             self.step, self._watchdog.pid)
         if self.record is not None and not self.record.alive():
             forget_record(self.launch_id)
+
+
+def run_guarded(label: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str],
+                capture: bool = False) -> tuple[int, bytes]:
+    """Run a command to its end in a process group of its own, guarded as a launched server is.
+
+    For long commands evalsvc runs for a user (the engine build: pip, cmake and
+    the compilers under them): if this process is interrupted (Ctrl-C,
+    SIGTERM, SIGHUP) or dies (SIGKILL), the command and everything it started
+    stop too. Output goes to `log_path` (stdout to the caller when `capture`).
+    Returns (exit code, captured stdout).
+    """
+    with open(log_path, "ab") as log_file, ServerGuard(label, log_path, STOP_GRACE_S) as guard:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if capture else log_file, stderr=log_file,
+                                env={**env, **guard.env}, start_new_session=True)
+        try:
+            guard.attach(proc.pid, argv, ())
+            out, _ = proc.communicate()
+            return proc.returncode, out or b""
+        finally:
+            if proc.poll() is None:  # interrupted: stop the group now rather than wait for the watchdog
+                watchdog.stop_server(proc.pid, _starttime(proc.pid), guard.launch_id, STOP_GRACE_S)
+                proc.wait()
 
 
 # ---------------------------------------------------------------- the registry

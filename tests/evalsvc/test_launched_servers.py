@@ -38,6 +38,7 @@ from evalsvc.watchdog import proc_stat, process_alive
 from evalsvc.ladder import LadderStep, LaunchSpec, PortInUseError, launch_step, port_is_free
 from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
+from tests.evalsvc.test_embedded import install_standin
 from tests.evalsvc.test_ladder import free_port
 
 N_ITEMS = 40
@@ -449,3 +450,56 @@ def test_closing_the_terminal_stops_the_server_and_the_same_command_resumes(tmp_
     (run_id, status), = runs
     assert status == "interrupted" and 4 <= len(kept) < N_ITEMS
     check_resume_completes(setup, run_id, kept)
+
+
+# ---------------------------------------------------------------- setup commands run for a user: the engine build
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_signal_to_the_demo_mid_build_stops_the_build(tmp_path: Path, sig: signal.Signals) -> None:
+    home, tag = tmp_path / "home", uuid.uuid4().hex
+    install_standin(home)  # builds until released (never, here)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALSVC_HOME": str(home), "EVALSVC_TEST_TAG": tag,
+           "STANDIN_RELEASE": str(tmp_path / "never")}
+    proc = subprocess.Popen([sys.executable, "-m", "evalsvc.cli", "demo", "--db", str(tmp_path / "demo.db")],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    build_log = home / "logs" / "llama-cpp-build.log"
+    deadline = time.monotonic() + 120
+    while not (build_log.exists() and "Building C object" in build_log.read_text()):
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "the stand-in build never started"
+        time.sleep(0.05)
+    builders = [pid for pid in tagged_processes(tag) if pid != proc.pid]
+    assert builders, "no build process to stop"
+    proc.send_signal(sig)
+    left, waited = wait_until_gone(lambda: tagged_processes(tag))
+    assert left == [], f"{sig.name}: {left} still alive {waited:.1f} s after the signal (builders {builders})"
+    assert proc.wait(timeout=60) == EXIT_CODES[sig]
+    # stopped by its own runner, the build leaves no record; after SIGKILL the watchdog stopped it and the
+    # record stays until the next launch drops it
+    assert len(list((home / "launched").glob("*.json"))) == (1 if sig == signal.SIGKILL else 0)
+
+
+def test_run_guarded_returns_the_exit_code_and_output_and_a_killed_caller_takes_the_group_along(
+    tmp_path: Path, home: Path
+) -> None:
+    log_path = tmp_path / "cmd.log"
+    code, out = servers.run_guarded("echo", [sys.executable, "-c", "print('hi'); raise SystemExit(3)"], log_path,
+                                    dict(os.environ), capture=True)
+    assert (code, out) == (3, b"hi\n") and servers.read_records() == []
+
+    tag = uuid.uuid4().hex
+    forking = ("import os, time\nif os.fork() == 0:\n    time.sleep(120)\nelse:\n    time.sleep(120)\n")
+    caller = ("import os, sys; from pathlib import Path; from evalsvc.servers import run_guarded; "
+              f"run_guarded('fork', [sys.executable, '-c', {forking!r}], Path({str(log_path)!r}), "
+              f"{{**os.environ, 'EVALSVC_TEST_TAG': {tag!r}}})")
+    proc = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 60
+    while len(tagged_processes(tag)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the command never forked"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    left, waited = wait_until_gone(lambda: tagged_processes(tag))
+    assert left == [], f"{left} still alive {waited:.1f} s after the caller was killed"
