@@ -22,7 +22,7 @@ from evalsvc.ladder import load_ladder
 
 ROOT = Path(__file__).resolve().parents[2]
 LADDERS = ROOT / "evalsvc" / "ladders"
-LADDER_FILE = LADDERS / "sglang-gpu.yaml"
+LADDER_FILES = ("sglang-gpu.yaml", "sglang-hopper.yaml")
 RECORDED = json.loads((LADDERS / "sglang_server_args.json").read_text(encoding="utf-8"))
 VERSION = RECORDED["sglang_version"]
 LAUNCHER = ("python", "-m", "sglang.launch_server")
@@ -35,11 +35,27 @@ HELD = {
     "--served-model-name": "qwen3-30b-a3b",
     "--reasoning-parser": "qwen3",
     "--dtype": "bfloat16",
-    "--attention-backend": "trtllm_mha",
-    "--page-size": "64",
     "--mem-fraction-static": "0.8",
     "--max-running-requests": "48",
     "--enable-metrics": None,
+}
+
+
+class Expected(NamedTuple):
+    """What one ladder file must hold: its GPU's attention kernel and page size, and its 4-bit-or-8-bit step."""
+
+    attention: str
+    page_size: str
+    quantization: str
+    quantized_changes: frozenset[str]
+    model_paths: tuple[str, str]  # BF16 step, quantized steps
+
+
+EXPECTED = {
+    "sglang-gpu.yaml": Expected("trtllm_mha", "64", "modelopt_fp4", frozenset({"--model-path", "--quantization"}),
+                                ("Qwen/Qwen3-30B-A3B", "nvidia/Qwen3-30B-A3B-FP4")),
+    "sglang-hopper.yaml": Expected("fa3", "1", "fp8", frozenset({"--quantization"}),
+                                   ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B")),
 }
 
 
@@ -101,8 +117,8 @@ def check_value(flag: str, value: str, spec: dict[str, Any], recorded: dict[str,
     return problems
 
 
-def steps_flags() -> list[tuple[str, dict[str, str | None]]]:
-    ladder = load_ladder(LADDER_FILE)
+def steps_flags(file: str) -> list[tuple[str, dict[str, str | None]]]:
+    ladder = load_ladder(LADDERS / file)
     result = []
     for step in ladder.steps:
         assert step.launch is not None, step.name
@@ -129,11 +145,12 @@ def test_recorded_flags_name_their_version_and_origin() -> None:
     assert RECORDED["flags"]["--reasoning-parser"]["choices"].count("qwen3") == 1
 
 
-def test_ladder_file_names_the_recorded_version_everywhere() -> None:
-    text = LADDER_FILE.read_text(encoding="utf-8")
+@pytest.mark.parametrize("file", LADDER_FILES)
+def test_ladder_file_names_the_recorded_version_everywhere(file: str) -> None:
+    text = (LADDERS / file).read_text(encoding="utf-8")
     named = set(re.findall(r"(?i)sglang (\d+\.\d+\.\d+)", text))
     assert named == {VERSION}
-    for step in load_ladder(LADDER_FILE).steps:
+    for step in load_ladder(LADDERS / file).steps:
         assert step.metadata["engine"] == f"sglang {VERSION}", step.name
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     assert extras["sglang"] == [f"sglang=={VERSION}"]
@@ -142,11 +159,12 @@ def test_ladder_file_names_the_recorded_version_everywhere() -> None:
 # ---------------------------------------------------------------- every flag and value is SGLang's
 
 
-def test_every_flag_and_value_is_in_the_recorded_server_args() -> None:
-    steps = steps_flags()
+@pytest.mark.parametrize("file", LADDER_FILES)
+def test_every_flag_and_value_is_in_the_recorded_server_args(file: str) -> None:
+    steps = steps_flags(file)
     assert len(steps) == 5
     for name, _ in steps:
-        command = load_ladder(LADDER_FILE).step(name).launch.command  # type: ignore[union-attr]
+        command = load_ladder(LADDERS / file).step(name).launch.command  # type: ignore[union-attr]
         assert command[: len(LAUNCHER)] == LAUNCHER
 
 
@@ -182,17 +200,20 @@ def test_the_check_accepts_case_insensitive_algorithm_and_the_user_placeholder()
 # ---------------------------------------------------------------- one change per step
 
 
-def test_each_step_changes_one_thing() -> None:
-    steps = steps_flags()
+@pytest.mark.parametrize("file", LADDER_FILES)
+def test_each_step_changes_one_thing(file: str) -> None:
+    expected = EXPECTED[file]
+    steps = steps_flags(file)
     ports = [values.pop("--port") for _, values in steps]
     assert len(set(ports)) == len(ports)
-    (_, bf16), (_, nvfp4), (_, eagle), (_, custom), (_, fp8kv) = steps
-    # The checkpoint: the NVFP4 one, read with its quantization method.
-    assert changed(bf16, nvfp4) == {"--model-path", "--quantization"}
-    assert (nvfp4["--quantization"], nvfp4["--model-path"]) == ("modelopt_fp4", "nvidia/Qwen3-30B-A3B-FP4")
+    (_, bf16), (_, quantized), (_, eagle), (_, custom), (_, fp8kv) = steps
+    # The weights: NVFP4 (a ModelOpt checkpoint) on Blackwell, FP8 (quantized at load) on Hopper.
+    assert changed(bf16, quantized) == expected.quantized_changes
+    assert (bf16["--model-path"], quantized["--model-path"]) == expected.model_paths
+    assert "--quantization" not in bf16 and quantized["--quantization"] == expected.quantization
     # Speculative decoding, and only its own settings.
-    added = changed(nvfp4, eagle)
-    assert added and all(f.startswith("--speculative-") for f in added) and set(nvfp4) <= set(eagle)
+    added = changed(quantized, eagle)
+    assert added and all(f.startswith("--speculative-") for f in added) and set(quantized) <= set(eagle)
     assert eagle["--speculative-algorithm"] == "EAGLE3"
     assert eagle["--speculative-draft-model-quantization"] == "unquant"
     assert eagle["--speculative-eagle-topk"] == "1"  # trtllm_mha accepts top-k 1 only
@@ -205,17 +226,21 @@ def test_each_step_changes_one_thing() -> None:
     assert fp8kv["--speculative-draft-kv-cache-dtype"] == "bf16"
 
 
-def test_what_sglang_would_change_implicitly_is_held_on_every_step() -> None:
-    for name, values in steps_flags():
-        for flag, value in HELD.items():
+@pytest.mark.parametrize("file", LADDER_FILES)
+def test_what_sglang_would_change_implicitly_is_held_on_every_step(file: str) -> None:
+    expected = EXPECTED[file]
+    held = {**HELD, "--attention-backend": expected.attention, "--page-size": expected.page_size}
+    for name, values in steps_flags(file):
+        for flag, value in held.items():
             assert flag in values and values[flag] == value, (name, flag)
         assert "--enable-deterministic-inference" not in values, name
 
 
-def test_placeholder_must_be_set_before_the_ladder_runs() -> None:
+@pytest.mark.parametrize("file", LADDER_FILES)
+def test_placeholder_must_be_set_before_the_ladder_runs(file: str) -> None:
     from evalsvc.ladder import LadderError, resolve_ladder
 
-    ladder = load_ladder(LADDER_FILE)
+    ladder = load_ladder(LADDERS / file)
     assert ladder.placeholders() == USER_PLACEHOLDERS
     with pytest.raises(LadderError, match=r"CUSTOM_DRAFT_ATTENTION_BACKEND.*not defined"):
         resolve_ladder(ladder, {})
