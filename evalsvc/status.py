@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -29,6 +30,7 @@ STATUS_LOGGER = "evalsvc.status"
 INTERVAL_ENV = "EVALSVC_STATUS_INTERVAL"
 DEFAULT_INTERVAL_S = 30.0  # "at least one status line a minute", with room for a busy machine
 LAST_LINE_CHARS = 160
+_BUILD_STEP = re.compile(r"^(\[\d+/\d+\])\s")
 
 log = logging.getLogger(STATUS_LOGGER)
 
@@ -177,4 +179,12 @@ def _last_log_line(path: Path | None) -> str:
     if path is None:
         return ""
     lines = [line.strip() for line in read_log_tail(path, 5).splitlines() if line.strip()]
-    return lines[-1][:LAST_LINE_CHARS] if lines else ""
+    return _compact(lines[-1]) if lines else ""
+
+
+def _compact(line: str) -> str:
+    """A build tool's `[6/193] /usr/bin/g++ <flags> -c .../ggml-opt.cpp` as `[6/193] ggml-opt.cpp`."""
+    match = _BUILD_STEP.match(line)
+    if match and len(line) > LAST_LINE_CHARS:
+        return f"{match.group(1)} {line.rsplit(None, 1)[-1].rsplit('/', 1)[-1]}"
+    return line[:LAST_LINE_CHARS]

@@ -45,6 +45,16 @@ def test_heartbeat_shows_elapsed_and_the_log_s_last_line(tmp_path: Path) -> None
     assert heartbeat(step, 75) == "still building: 1m15s elapsed; log's last line: [2/9] cc b.c"
 
 
+def test_a_compiler_line_is_shown_as_its_step_and_file(tmp_path: Path) -> None:
+    log_path = tmp_path / "build.log"
+    flags = " ".join(f"-DGGML_FLAG_{i}" for i in range(40))
+    log_path.write_text(f"[6/193] /usr/bin/g++ {flags} -o ggml-opt.cpp.o -c /tmp/pip-wheel-x/vendor/ggml/src/ggml-opt.cpp\n")
+    assert heartbeat(LongStep("b", "building", "a while", log_path), 61) == \
+        "still building: 1m01s elapsed; log's last line: [6/193] ggml-opt.cpp"
+    log_path.write_text("x" * 500 + "\n")
+    assert heartbeat(LongStep("b", "building", "a while", log_path), 1).endswith("last line: " + "x" * 160)
+
+
 def test_heartbeat_prefers_the_step_s_own_progress(tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
     log_path.write_text("POST /v1/chat/completions 200 OK\n")
