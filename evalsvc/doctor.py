@@ -40,25 +40,27 @@ class Check:
 
 
 def check_sandbox() -> Check:
-    """The sandbox's own self-check: a correct program passes, in the isolation runs will use."""
-    from harness.sandbox import SandboxError, check_sandbox as self_check, default_isolation
+    """The self-check a HumanEval run makes before its first item, in the isolation runs use by default."""
+    from harness.sandbox import SandboxError
+    from harness.tasks import get_task
+    from harness.tasks.humaneval import SOLUTION_IMPORTS, TEST_IMPORTS
 
     needed = "HumanEval runs"
+    task = get_task("humaneval")
     try:
-        isolation = default_isolation()
-        self_check(isolation)
+        task.prepare()
     except SandboxError as exc:
-        return Check("sandbox self-check", False, "FAILED", str(exc), needed, fix="bash .ci/setup")
-    if isolation != "bwrap":
-        return Check("sandbox self-check", False, "weak", f"passes, but with {isolation} isolation only "
-                     "(no file-system or network isolation)", needed, fix=BWRAP_FIX)
-    return Check("sandbox self-check", True, "ok", f"a correct program passes under {isolation}", needed)
+        fix = BWRAP_FIX if shutil.which("bwrap") is None else "bash .ci/setup  (installs what the sandbox needs)"
+        return Check("sandbox self-check", False, "FAILED", str(exc), needed, fix=fix)
+    return Check("sandbox self-check", True, "ok", f"under {task.isolation}, a correct program importing "
+                 f"{', '.join(sorted(set(SOLUTION_IMPORTS + TEST_IMPORTS)))} passes and a wrong one fails", needed)
 
 
 def check_bubblewrap() -> Check:
     path = shutil.which("bwrap")
     if path is None:
-        return Check("bubblewrap", False, "MISSING", "bwrap is not on PATH: HumanEval code would run unisolated",
+        return Check("bubblewrap", False, "MISSING", "bwrap is not on PATH: HumanEval runs refuse to start "
+                     "(unless given --isolation process, for models you trust)",
                      "HumanEval runs", fix=BWRAP_FIX)
     return Check("bubblewrap", True, "ok", path, "HumanEval runs")
 
