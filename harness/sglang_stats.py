@@ -34,10 +34,11 @@ Facts from SGLang 0.5.23's source (sglang/srt/...):
 from __future__ import annotations
 
 import logging
+import math
 import re
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
@@ -87,7 +88,7 @@ class SpecStats:
 
     def as_record(self) -> dict[str, Any]:
         """A JSON-ready dict, as stored with a speed run."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return asdict(self)
 
 
 # ---------------------------------------------------------------- parsing (pure)
@@ -143,9 +144,13 @@ def counter_totals(text: str, names: tuple[str, ...]) -> dict[str, float]:
         sample = _SAMPLE.match(line)
         if sample and sample.group(1) in names:
             try:
-                totals[sample.group(1)] = totals.get(sample.group(1), 0.0) + float(sample.group(2))
+                value = float(sample.group(2))
             except ValueError:
-                logger.warning("unreadable sample in SGLang /metrics: %r", line[:200])
+                value = math.nan
+            if not math.isfinite(value) or value < 0:  # a counter is a finite count; anything else is unusable
+                logger.warning("unusable sample in SGLang /metrics: %r", line[:200])
+                return {}
+            totals[sample.group(1)] = totals.get(sample.group(1), 0.0) + value
     return totals
 
 
@@ -177,7 +182,8 @@ def _difference(before: float | None, after: float | None) -> float | None:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (JSON from a server may carry NaN, Infinity or booleans)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---------------------------------------------------------------- reading (HTTP)

@@ -199,3 +199,16 @@ def test_an_impossible_reasoning_count_is_unknown_and_the_speed_still_measured(b
         samples, _ = run_probe(server, ["2+2?"])
     assert samples[0].ok and samples[0].output_tokens == 7
     assert samples[0].reasoning_tokens is None
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-5.0", "lots"])
+def test_an_unusable_counter_sample_gives_no_counters_at_all(value: str) -> None:
+    text = METRICS.replace('model_name="qwen3-30b-a3b"} 18000.0', f'model_name="qwen3-30b-a3b"}} {value}')
+    assert text != METRICS
+    assert counter_totals(text, (TOKENS_COUNTER, VERIFY_COUNTER)) == {}
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "3.0"])
+def test_an_unusable_lifetime_average_is_left_out(value: Any) -> None:
+    info = {"internal_states": [{"avg_spec_accept_length": value}, {"avg_spec_accept_length": 2.5}]}
+    assert lifetime_accept_length(info) == 2.5
