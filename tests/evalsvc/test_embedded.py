@@ -7,6 +7,7 @@ the embedded ladder and talk to it over HTTP on 127.0.0.1.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import queue
 import subprocess
@@ -109,6 +110,28 @@ def test_build_announces_itself_and_beats_until_it_ends(
     status_lines.lines.clear()
     assert embedded._ensure_wheel(tmp_path / "wheels", python, tmp_path) == built[0]
     assert status_lines.lines == []
+
+
+def test_waiting_for_another_setup_says_so(tmp_path: Path, status_lines: StatusLines) -> None:
+    lock = tmp_path / "engine.lock"
+    entered = threading.Event()
+
+    def second_caller() -> None:
+        with embedded._file_lock(lock, tmp_path):
+            entered.set()
+
+    with open(lock, "a") as held:  # another process's setup, as far as flock is concerned
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=second_caller)
+        waiter.start()
+        assert status_lines.wait_until(lambda seen: len(seen) >= 1, WAIT_S)
+        assert not entered.is_set()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    waiter.join(WAIT_S)
+    assert entered.is_set()
+    assert status_lines.lines[0] == (f"waiting for another evalsvc process to set up the engine (it holds {lock}): "
+                                     f"as long as its setup takes; log: {tmp_path / 'logs' / 'llama-cpp-build.log'}")
+    assert status_lines.lines[-1].startswith("done waiting for another evalsvc process")
 
 
 def read_lines(stream: object, into: "queue.Queue[str | None]") -> None:
