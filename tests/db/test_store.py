@@ -6,13 +6,15 @@ import importlib
 import json
 import pkgutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, inspect, select, text
+from sqlalchemy import Connection, create_engine, insert, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from db import queries
@@ -224,21 +226,28 @@ def test_lone_surrogates_and_nul_are_marked_not_fatal(store: Store) -> None:
     assert json.loads(item.request)["messages"][0]["content"] == marked.replace("nul \ufffd", "nul \x00")
 
 
-def test_isolation_migration_backfills_humaneval_runs_from_their_items(tmp_path: Path) -> None:
-    """Runs stored before runs.isolation existed get what their items recorded; runs that ran no code stay NULL."""
+@contextmanager
+def store_at(url: str, revision: str) -> Iterator[Connection]:
+    """A SQLite store migrated only up to `revision`, holding endpoint 1, to test what later migrations do."""
     from alembic import command
-    from sqlalchemy import create_engine
 
     from db.engine import _alembic_config
 
-    url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = create_engine(url)
     cfg = _alembic_config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0004")
+        command.upgrade(cfg, revision)
         conn.execute(text("insert into endpoints (id, name, base_url, model, fingerprint, metadata, created_at) "
                           "values (1, 'e', 'u', 'm', '{}', '{}', '2026-01-01')"))
+        yield conn
+    engine.dispose()
+
+
+def test_isolation_migration_backfills_humaneval_runs_from_their_items(tmp_path: Path) -> None:
+    """Runs stored before runs.isolation existed get what their items recorded; runs that ran no code stay NULL."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with store_at(url, "0004") as conn:
         for run_id, task, isolations in ((1, "humaneval", ["process", "process"]), (2, "humaneval", ["bwrap", "process"]),
                                          (3, "gsm8k", [None]), (4, "humaneval", [])):
             conn.execute(text("insert into runs (id, endpoint_id, task, template, mode, decoding, config_hash, "
@@ -250,9 +259,35 @@ def test_isolation_migration_backfills_humaneval_runs_from_their_items(tmp_path:
                                   "completion, truncated, latency_s, attempts, detail, created_at) values "
                                   "(:run, :item, 'h', 'ok', '', '', '', 0, 0, 1, :detail, '2026-01-01')"),
                              {"run": run_id, "item": f"i{n}", "detail": detail})
-    engine.dispose()
     store = open_store(url)
     with store.session() as session:
         found = dict(session.execute(select(Run.id, Run.isolation).order_by(Run.id)).all())
     store.dispose()
     assert found == {1: "process", 2: "mixed", 3: None, 4: None}
+
+
+def test_response_issue_migration_makes_impossible_stored_counts_unknown(tmp_path: Path) -> None:
+    """Counts stored before responses were checked: negative or beyond INTEGER become NULL with the reason."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with store_at(url, "0003") as conn:
+        conn.execute(text("insert into runs (id, endpoint_id, task, template, mode, decoding, config_hash, "
+                          "dataset_hash, n_items, repeat, status, started_at) values (1, 1, 'gsm8k', 't', 'chat', "
+                          "'{}', 'c', 'd', 3, 0, 'complete', '2026-01-01')"))
+        for n, (prompt, completion) in enumerate(((20, 17), (20, -7), (2**62, 2**40))):
+            conn.execute(text("insert into items (run_id, item_id, item_hash, status, reference, request, "
+                              "completion, truncated, latency_s, attempts, detail, created_at, prompt_tokens, "
+                              "completion_tokens) values (1, :item, 'h', 'ok', '', '', '', 0, 0, 1, '{}', "
+                              "'2026-01-01', :prompt, :completion)"),
+                         {"item": f"i{n}", "prompt": prompt, "completion": completion})
+    store = open_store(url)
+    with store.session() as session:
+        found = session.execute(select(Item.prompt_tokens, Item.completion_tokens, Item.response_issue)
+                                .order_by(Item.item_id)).all()
+        (summary,) = queries.summarize_runs(session, [1])
+    store.dispose()
+    assert [tuple(row) for row in found] == [
+        (20, 17, None),
+        (20, None, "completion_tokens stored before checks was impossible"),
+        (None, None, "completion_tokens stored before checks was impossible"),
+    ]
+    assert (summary.unknown_tokens, summary.mean_completion_tokens) == (2, 17.0)

@@ -136,7 +136,7 @@ def test_every_hostile_response_becomes_a_valid_or_an_error_row_and_stats_use_on
     assert (shown["n"], shown["errors"], shown["unknown_tokens"]) == (len(MARKERS), len(ERRORS), len(UNKNOWN))
     assert shown["mean_completion_tokens"] == pytest.approx(valid_mean, rel=1e-12)
     assert shown["token_warning"]["unknown"] == len(UNKNOWN) and sum(shown["unknown_token_reasons"].values()) == 11
-    text_show = run_cli("show", str(run_b), "--db", store_url).output
+    text_show = run_cli("show", str(run_b), "--db", store_url).stdout
     assert text_show.startswith(f"warning: run {run_b} (hostile gsm8k): 11 of 17 answered items (65%) have no valid")
     assert "token count unknown for 11 answered items" in text_show and "and 6 other reasons" in text_show
 
@@ -151,7 +151,46 @@ def test_every_hostile_response_becomes_a_valid_or_an_error_row_and_stats_use_on
     assert workload["token_ratio"] == pytest.approx(valid_mean / 100, rel=1e-12)
     assert workload["time_ratio"] == pytest.approx((0.5 + valid_mean / 100) / (0.5 + 100 / 50), rel=1e-9)
     assert [w["run_id"] for w in report["token_warnings"]] == [run_b]
-    text_report = run_cli("report", "--endpoints", "honest,hostile", "--db", store_url).output
+    text_report = run_cli("report", "--endpoints", "honest,hostile", "--db", store_url).stdout
     assert text_report.startswith(f"warning: run {run_b} (hostile gsm8k): 11 of 17")
     assert "Left out: paired items where either side has no valid token count" in text_report
     assert run_a != run_b
+
+
+def test_an_unexpected_failure_reading_scoring_or_building_one_item_ends_that_item_only(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """Whatever escapes the checks (a parser bug, a scorer bug, a row that cannot be built) is that item's error."""
+    import db.queries
+    import harness.client
+    import harness.tasks.gsm8k as gsm8k
+
+    markers = {"PARSEBUG": "reading the response failed: RuntimeError: parser bug",
+               "SCOREBUG": "scoring failed: ZeroDivisionError: scorer bug",
+               "ROWBUG": "could not store the item: TypeError: row bug", "FINE": None}
+    path = tmp_path / "test.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Question {m}?", "answer": "#### 7"}) + "\n" for m in markers))
+    parse, score, values = harness.client.parse_completion, gsm8k.GSM8K.score, db.queries.item_values
+
+    def failing(marker: str, error: Exception, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if any(marker in str(a) for a in args):
+                raise error
+            return real(*args, **kwargs)
+        return call
+
+    def reply(body: dict[str, Any]) -> Reply:
+        marker = next(m for m in markers if m in body["messages"][-1]["content"])
+        return Reply(text=f"{marker}: {ANSWER}", completion_tokens=9)
+
+    monkeypatch.setattr(harness.client, "parse_completion", failing("PARSEBUG", RuntimeError("parser bug"), parse))
+    monkeypatch.setattr(gsm8k.GSM8K, "score", failing("SCOREBUG", ZeroDivisionError("scorer bug"), score))
+    monkeypatch.setattr(db.queries, "item_values", failing("ROWBUG: The", TypeError("row bug"), values))
+    with FakeOpenAI(reply) as server:
+        run_id = run(store, server, "buggy", str(path))
+    with store.engine.connect() as conn:
+        found = {r.item_id: (r.status, r.error) for r in conn.execute(text("select item_id, status, error from items"))}
+        status = conn.execute(text("select status from runs where id = :r"), {"r": run_id}).scalar_one()
+    assert status == "complete" and len(found) == len(markers)
+    assert sorted(found.values(), key=str) == sorted(
+        [("ok", None) if error is None else ("error", error) for error in markers.values()], key=str)

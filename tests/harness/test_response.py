@@ -112,3 +112,18 @@ def test_a_broken_structure_is_a_classified_failure(payload: dict, mode: str, me
     with pytest.raises(RequestFailed, match=message.replace("(", r"\(")) as caught:
         parse(payload, mode)
     assert caught.value.retryable is retryable
+
+
+def completion(text: Any = " 7.", finish: Any = "stop", usage: Any = None) -> dict:
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return {"choices": [choice], "usage": {"prompt_tokens": 900, "completion_tokens": 3} if usage is None else usage}
+
+
+def test_completions_mode_checks_the_same_fields() -> None:
+    done = parse(completion(finish="eos", usage={"prompt_tokens": 900, "completion_tokens": "3"}), "completions")
+    assert (done.text, done.completion_tokens, done.prompt_tokens, done.finish_reason) == (" 7.", None, 900, None)
+    assert done.issue == "completion_tokens '3' is not an integer; finish_reason 'eos' is unknown"
+    for broken, message in ((completion(text=7), "choice text is int 7"),
+                            (completion(text="x" * (MAX_TEXT_CHARS + 1)), "more than the")):
+        with pytest.raises(RequestFailed, match=message):
+            parse(broken, "completions")
