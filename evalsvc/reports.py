@@ -147,6 +147,8 @@ def _time_words(time: timing.TaskTimeChange) -> str:
              f"time B/A is {time.ratio:.3f} ({round(time.confidence * 100)}% CI {low:.3f}-{high:.3f})")
     if time.fixed_speeds:
         words += f" (speed of {' and '.join(time.fixed_speeds)} entered by hand, held fixed)"
+    if time.n_left_out:
+        words += f", over {time.n_items} items ({time.n_left_out} without a valid token count left out)"
     return words
 
 

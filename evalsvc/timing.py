@@ -168,6 +168,7 @@ class TaskTimeChange:
     confidence: float
     fixed_speeds: tuple[str, ...] = ()  # sides ("A", "B") whose speed was entered by hand
     model: str = TASK_TIME_MODEL
+    n_left_out: int = 0  # paired items without a token count on either side (unknown is not zero)
 
     @property
     def sooner_pct(self) -> float:
@@ -477,4 +478,5 @@ def compare_task_time(
         speed_b=speed_b.describe(),
         confidence=confidence,
         fixed_speeds=tuple(side for side, speed in (("A", speed_a), ("B", speed_b)) if not speed.measured),
+        n_left_out=int((~present).sum()),
     )

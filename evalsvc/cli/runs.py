@@ -169,6 +169,8 @@ def describe_outcome(outcome: RunOutcome) -> str:
 def summary_line(s: queries.RunSummary) -> str:
     acc = f"{s.accuracy:.1%}" if s.accuracy is not None else "n/a"
     tokens = f"{s.mean_completion_tokens:.1f}" if s.mean_completion_tokens is not None else "n/a"
+    if s.unknown_tokens:
+        tokens += f" ({s.unknown_tokens} unknown, left out)"
     return (
         f"{s.correct}/{s.n - s.errors} correct ({acc}), {s.errors} errors, "
         f"{s.truncated} truncated, mean completion tokens {tokens}"

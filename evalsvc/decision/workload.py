@@ -108,6 +108,7 @@ class WorkloadDecision:
             "truncated_b": self.truncated[1] if self.truncated else None,
             "time_ratio": t.ratio if t else None, "time_ci": list(t.ci) if t else None,
             "speed_ratio": t.speed_ratio if t else None,
+            "time_items": t.n_items if t else None, "time_left_out_no_token_count": t.n_left_out if t else None,
             "settle": _settle_dict(self.settle),
         }
 

@@ -150,10 +150,12 @@ def test_every_hostile_response_becomes_a_valid_or_an_error_row_and_stats_use_on
     (workload,) = [w for w in report["decisions"][0]["workloads"] if w["workload"] == "math"]
     assert workload["token_ratio"] == pytest.approx(valid_mean / 100, rel=1e-12)
     assert workload["time_ratio"] == pytest.approx((0.5 + valid_mean / 100) / (0.5 + 100 / 50), rel=1e-9)
+    assert (workload["time_items"], workload["time_left_out_no_token_count"]) == (6, 11)
     assert [w["run_id"] for w in report["token_warnings"]] == [run_b]
     text_report = run_cli("report", "--endpoints", "honest,hostile", "--db", store_url).stdout
     assert text_report.startswith(f"warning: run {run_b} (hostile gsm8k): 11 of 17")
     assert "Left out: paired items where either side has no valid token count" in text_report
+    assert "over 6 items (11 without a valid token count left out)" in text_report
     assert run_a != run_b
 
 
