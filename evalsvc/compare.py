@@ -49,6 +49,7 @@ class Comparison:
     differences: tuple[str, ...] = ()
     noise_floor: bool | None = None
     flip_rate: float | None = None
+    isolation: str | None = None  # the sandbox both runs' code ran in (B's when forced across two)
 
     @property
     def n_paired(self) -> int:
@@ -73,7 +74,7 @@ class Comparison:
             "diff": self.diff, "diff_ci_low": self.diff_ci_low, "diff_ci_high": self.diff_ci_high,
             "verdict": self.verdict.value, "margin": self.margin, "mde": self.mde,
             "dropped": self.dropped.to_dict(), "forced": self.forced, "differences": list(self.differences),
-            "noise_floor": self.noise_floor, "flip_rate": self.flip_rate,
+            "noise_floor": self.noise_floor, "flip_rate": self.flip_rate, "isolation": self.isolation,
             "settle": None if self.settle is None else {
                 "smallest_margin": self.settle.smallest_margin, "best_margin": self.settle.best_margin,
                 "items_needed": self.settle.items_needed, "items_available": self.settle.items_available},
@@ -123,7 +124,7 @@ def summarize_pairing(
         verdict=verdict, mde=rule.detectable(table).mde, margin=margin,
         settle=rule.settle(table, margin, paired.a_info.task) if verdict is Verdict.INCONCLUSIVE else None,
         dropped=paired.dropped, forced=paired.forced, differences=paired.differences,
-        noise_floor=noise, flip_rate=flip_rate,
+        noise_floor=noise, flip_rate=flip_rate, isolation=paired.b_info.isolation,
     )
 
 
@@ -163,6 +164,10 @@ def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
     sentences.append(_mde_sentence(c))
     if c.noise_floor is not None:
         sentences.append(_noise_sentence(c))
+    if c.isolation == "process":
+        sentences.append("Its programs ran under 'process' isolation, which is only for models you trust.")
+    elif c.isolation is not None:
+        sentences.append(f"Its programs ran in the {c.isolation} sandbox.")
     if c.forced:
         sentences.append(f"Pairing was forced although the runs differ in {'; '.join(c.differences)}.")
     if c.dropped.total:

