@@ -212,7 +212,7 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
     ok = [s for s in samples if s.ok and s.decode_tps]
     tps = np.array([s.decode_tps for s in ok], dtype=float)
     ttft = np.array([s.ttft_s for s in ok], dtype=float)
-    tokens = np.array([s.output_tokens or 0 for s in ok], dtype=float)
+    tokens = np.array([s.output_tokens for s in ok if s.output_tokens is not None], dtype=float)  # unknown is not 0
     accepts = [s.accept_length for s in ok if s.accept_length is not None]
     reasoning = [s.reasoning_tokens for s in ok if s.reasoning_tokens is not None]
     return {**base, "n": len(samples), "n_ok": len(ok),
@@ -222,4 +222,4 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
             "decode_tps_median": float(np.median(tps)) if len(ok) else None,
             "decode_tps_mean": float(tps.mean()) if len(ok) else None,
             "ttft_median_s": float(np.median(ttft)) if len(ok) else None,
-            "output_tokens_mean": float(tokens.mean()) if len(ok) else None}
+            "output_tokens_mean": float(tokens.mean()) if len(tokens) else None}
