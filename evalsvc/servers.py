@@ -143,7 +143,10 @@ class ServerGuard:
     def attach(self, pid: int, command: Sequence[str], ports: Sequence[int]) -> LaunchRecord:
         """Tell the watchdog the server's group (`pid` leads it) and record the launch."""
         assert self._pipe is not None
-        os.write(self._pipe, f"{pid}\n".encode())
+        try:
+            os.write(self._pipe, f"{pid}\n".encode())
+        except OSError as exc:  # the watchdog is gone already: the launcher's own stop and the record remain
+            log.warning("the watchdog of step '%s' is not running (%s; see %s)", self.step, exc, self.log_path)
         self.record = LaunchRecord(
             launch_id=self.launch_id, step=self.step, command=tuple(command), ports=tuple(ports), pgid=pid,
             leader_starttime=_starttime(pid), boot_id=boot_id(), launcher_pid=os.getpid(),

@@ -503,3 +503,24 @@ def test_run_guarded_returns_the_exit_code_and_output_and_a_killed_caller_takes_
     proc.wait()
     left, waited = wait_until_gone(lambda: tagged_processes(tag))
     assert left == [], f"{left} still alive {waited:.1f} s after the caller was killed"
+
+
+def test_a_watchdog_that_died_at_once_is_a_warning_and_the_server_still_stops(
+    tmp_path: Path, home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "logs").mkdir()
+    guard = servers.ServerGuard("served", tmp_path / "logs" / "served.log", grace_s=5.0)
+    with caplog.at_level(logging.WARNING, logger="evalsvc.servers"), guard:
+        assert guard._watchdog is not None
+        guard._watchdog.kill()
+        guard._watchdog.wait()
+        server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                                  env={**os.environ, **guard.env})
+        try:
+            guard.attach(server.pid, ("sleep",), ())
+            assert [r.launch_id for r in servers.live_servers()] == [guard.launch_id]
+        finally:
+            server.terminate()
+            server.wait()
+    assert "the watchdog of step 'served' is not running" in caplog.text
+    assert servers.read_records() == []
