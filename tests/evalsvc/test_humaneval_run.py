@@ -143,3 +143,44 @@ def test_without_bubblewrap_the_demo_stops_before_building_anything(tmp_path: Pa
     with sqlite3.connect(tmp_path / "s.db") as conn:
         tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
         assert "runs" not in tables or conn.execute("select count(*) from runs").fetchone() == (0,)
+
+
+HOSTILE_BODIES = {
+    # forged error report with huge, wrongly typed fields, written straight to the reply pipe
+    "HumanEval/0": "import os, struct\ndef {name}(*a):\n    body = b'd' + struct.pack('>I', 1) + b'u' + struct.pack('>I', 6) "
+                   "+ b'raised' + b'u' + struct.pack('>I', 900000) + b'x' * 900000\n"
+                   "    for fd in range(3, 64):\n        try:\n            os.write(fd, struct.pack('>I', len(body)) + body)\n"
+                   "        except OSError:\n            pass\n    os._exit(0)\n",
+    # output no store can hold as is: NUL, lone surrogates, megabytes
+    "HumanEval/1": "import sys\ndef {name}(*a):\n    print('\\x00\\ud800' * 100000)\n    sys.stdout.flush()\n    return None\n",
+    # an exception whose message is huge and whose type name is odd
+    "HumanEval/2": "def {name}(*a):\n    raise type('E' * 300, (Exception,), {{}})('m' * 10**6)\n",
+    # hash-flooding return value
+    "HumanEval/3": "def {name}(*a):\n    return {{i * (2**61 - 1) for i in range(1, 6000)}}\n",
+}
+
+
+def respond_with_attacks(body: dict[str, Any]) -> Reply:
+    text = body["messages"][-1]["content"]
+    problem = next(p for p in PROBLEMS.values() if p["prompt"] in text)
+    code = HOSTILE_BODIES.get(problem["task_id"], "").format(name=problem["entry_point"])
+    code = code or problem["prompt"] + problem["canonical_solution"]
+    return Reply(text=f"```python\n{code}```", completion_tokens=10)
+
+
+def test_a_run_survives_hostile_verdict_content_and_stores_every_item_bounded(db_path: str) -> None:
+    with FakeOpenAI(respond_with_attacks) as server:
+        result = run_cli("run", "--endpoint", "step4", "--url", server.base_url, "--model", "fake-model",
+                         "--task", "humaneval", "--limit", "5", "--db", db_path, "--no-progress", "--json")
+    run = json.loads(result.stdout)["runs"][0]
+    assert (run["status"], run["n"], run["errors"], run["correct"]) == ("complete", 5, 0, 1)
+    with sqlite3.connect(db_path) as conn:
+        rows = dict(conn.execute("select item_id, detail from items").fetchall())
+    details = {item: json.loads(detail) for item, detail in rows.items()}
+    assert details["HumanEval/4"]["outcome"] == "passed"
+    for item in HOSTILE_BODIES:
+        assert details[item]["outcome"] in ("error", "bad_return", "failed"), (item, details[item]["outcome"])
+        assert len(rows[item]) < 10_000, item
+    assert details["HumanEval/0"]["error_type"] == "MalformedReport"
+    assert "\x00" not in details["HumanEval/1"]["output"] and "\ud800" not in details["HumanEval/1"]["output"]
+    assert len(details["HumanEval/2"]["error_type"]) <= 100 and len(details["HumanEval/2"]["message"]) <= 2000
