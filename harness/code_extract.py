@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import threading
 from typing import NamedTuple
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
@@ -63,7 +64,7 @@ def build_program(prompt: str, extracted: Extracted, entry_point: str) -> str:
 def strip_demo_code(code: str) -> str:
     """`code` without top-level prints, asserts, bare calls and `__main__` blocks."""
     try:
-        tree = ast.parse(code)
+        tree = _parse(code)
     except _PARSE_ERRORS:
         return code
     lines = code.splitlines()
@@ -139,10 +140,21 @@ def _trim_prose(code: str) -> str:
 def _parses(code: str, as_body: bool) -> bool:
     source = "def _f():\n" + textwrap.indent(textwrap.dedent(code), "    ") if as_body else code
     try:
-        ast.parse(source)
+        _parse(source)
     except _PARSE_ERRORS:
         return False
     return True
+
+
+# CPython 3.11 keeps the AST builder's recursion depth per interpreter, not per
+# thread, so two scoring threads parsing at once can raise a spurious
+# "AST constructor recursion depth mismatch" SystemError (python/cpython#106905).
+_AST_LOCK = threading.Lock()
+
+
+def _parse(source: str) -> ast.Module:
+    with _AST_LOCK:
+        return ast.parse(source)
 
 
 def _as_body(code: str) -> str:
