@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import altair  # noqa: F401  (charts on several pages; imported once per server, with the app, not on first chart)
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
@@ -10,6 +12,10 @@ from streamlit.navigation.page import StreamlitPage
 from dashboard import data, widgets
 from db.engine import StoreError
 from harness.redact import install_redaction, mask_url, register_url_secrets
+
+# A local file: an emoji or Material icon as page icon makes the browser fetch it from an outside host.
+ICON = Path(__file__).resolve().parent / "static" / "icon.png"
+NEW_RUNS_S = 5.0
 
 
 def build_navigation() -> StreamlitPage:
@@ -34,10 +40,30 @@ def render_sidebar(url: str) -> None:
     widgets.token_warnings(runs)
     widgets.ladder_sidebar(runs)
     widgets.margins_sidebar(runs)
+    with st.sidebar:
+        watch_runs(url)
+
+
+def _runs_seen(url: str) -> tuple[tuple[int, str], ...] | None:
+    try:
+        runs = data.load_runs(url)
+    except StoreError:
+        return None
+    return tuple(zip(runs["run_id"].astype(int), runs["status"].astype(str)))
+
+
+@st.fragment(run_every=NEW_RUNS_S)
+def watch_runs(url: str) -> None:
+    """Reruns the page when a run is added or changes state, so new runs appear without a reload."""
+    seen = _runs_seen(url)
+    before = st.session_state.get("runs_seen")
+    st.session_state["runs_seen"] = seen
+    if before is not None and seen is not None and seen != before:
+        st.rerun(scope="app")
 
 
 def main() -> None:
-    st.set_page_config(page_title="evalsvc", page_icon=":material/stairs:", layout="wide")
+    st.set_page_config(page_title="evalsvc", page_icon=str(ICON), layout="wide")
     navigation = build_navigation()
     url = data.db_url()
     install_redaction()  # the server's log lines and tracebacks are masked like the CLI's

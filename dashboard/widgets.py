@@ -17,7 +17,7 @@ import streamlit as st
 from dashboard import analysis, data
 from db.engine import StoreError
 from evalsvc import token_counts
-from evalsvc.decision import rule
+from evalsvc.decision import build, rule
 from harness.redact import mask_url
 
 PAGES = {
@@ -28,6 +28,12 @@ PAGES = {
     "evaluate": "views/evaluate.py",
 }
 STEPS_KEY = "ladder_steps"
+STEPS_PARAM = "steps"
+MARGIN_PARAM = "margin_{task}"
+# One colour per workload (and so per task) and per step position, on every chart.
+WORKLOAD_COLORS = {"math": "#1f77b4", "code": "#ff7f0e", "chat": "#2ca02c"}
+STEP_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d", "#eeca3b",
+                "#ff9da6", "#bab0ac")
 # st.table renders cells as Markdown, where a lone "-" would become a bullet; one mark everywhere.
 MISSING = "n/a"
 
@@ -74,26 +80,67 @@ def token_warnings(runs: pd.DataFrame) -> None:
 
 
 def ladder_sidebar(runs: pd.DataFrame) -> list[str]:
-    """The steps of the ladder, in order: every endpoint by default, in the order first evaluated."""
+    """The steps of the ladder, in order: every endpoint by default, in the order first evaluated.
+
+    The choice is kept in the URL (`steps=a,b,c`) so a shared link or a reload shows the same ladder.
+    """
     order = analysis.ladder_order(runs)
     if not order:
         return []
-    if any(step not in order for step in st.session_state.get(STEPS_KEY, [])):
+    incoming = [s for s in (st.query_params.get(STEPS_PARAM) or "").split(",") if s in order]
+    if incoming and incoming != st.session_state.get("seen_steps"):
+        st.session_state[STEPS_KEY] = incoming
+    elif any(step not in order for step in st.session_state.get(STEPS_KEY, [])):
         del st.session_state[STEPS_KEY]
-    return st.sidebar.multiselect(
+    steps = st.sidebar.multiselect(
         "Ladder steps, in order", order, default=order, key=STEPS_KEY,
         help="The endpoints that form the ladder; the order picked is the order compared.",
     )
+    st.session_state["seen_steps"] = steps
+    keep_param(STEPS_PARAM, ",".join(steps) if steps and steps != order else None)
+    return steps
 
 
-def margins_sidebar(runs: pd.DataFrame) -> None:
-    """Non-inferiority margin per task, in points: the verdicts and decisions of every page use them."""
-    with st.sidebar.expander("Margins (accuracy points)"):
-        for task in analysis.tasks_in(runs):
-            st.number_input(task, min_value=0.1, max_value=100.0, value=100 * rule.DEFAULT_MARGIN, step=0.5,
-                            key=data.MARGIN_KEY.format(task=task),
-                            help=f"As `evalsvc report --margin {task}=POINTS`: a drop smaller than this is "
-                                 "acceptable. 164 HumanEval problems cannot establish 2 points.")
+def keep_param(name: str, value: str | None) -> None:
+    """Write one query parameter (None removes it), only when it changes: each write costs a message."""
+    if value is None:
+        if name in st.query_params:
+            del st.query_params[name]
+    elif st.query_params.get(name) != value:
+        st.query_params[name] = value
+
+
+def margins_sidebar(runs: pd.DataFrame) -> rule.Margins:
+    """The non-inferiority margin per task, in accuracy points, adjustable and kept in the URL."""
+    tasks = analysis.tasks_in(runs)
+    default_points = 100 * rule.DEFAULT_MARGIN
+    per_task = []
+    with st.sidebar.expander("Margins (how much worse is still fine)"):
+        st.caption("Step B counts as no worse than step A when the 95% interval of its accuracy change stays "
+                   "above minus this many points, as `evalsvc report --margin TASK=POINTS`. A smaller margin "
+                   "asks for more items to settle: 164 HumanEval problems cannot establish 2 points.")
+        for task in tasks:
+            param = MARGIN_PARAM.format(task=task)
+            key = data.MARGIN_KEY.format(task=task)
+            incoming = _points(st.query_params.get(param))
+            if incoming is not None and incoming != st.session_state.get(f"seen_{key}"):
+                st.session_state[key] = incoming
+            elif st.session_state.get(key) is None:
+                st.session_state[key] = default_points
+            points = st.number_input(f"{task} margin (points)", 0.1, 50.0, step=0.5, key=key, format="%.1f")
+            st.session_state[f"seen_{key}"] = points
+            keep_param(param, None if points == default_points else f"{points:g}")
+            if points != default_points:
+                per_task.append((task, points / 100))
+    return rule.Margins(rule.DEFAULT_MARGIN, tuple(sorted(per_task)))
+
+
+def _points(value: str | None) -> float | None:
+    try:
+        points = float(value) if value else None
+    except ValueError:
+        return None
+    return points if points is not None and 0.1 <= points <= 50 else None
 
 
 def selected_steps(runs: pd.DataFrame) -> list[str]:
@@ -117,6 +164,8 @@ def pick(label: str, options: Sequence[str], name: str, default: str | None = No
     elif st.session_state.get(widget) not in options:
         fallback = st.session_state.get(stored)
         st.session_state[widget] = fallback if fallback in options else (default if default in options else options[0])
+    else:  # set again: a widget of the same key on another page would otherwise start from its default
+        st.session_state[widget] = st.session_state[widget]
     value = st.selectbox(label, options, key=widget, **kwargs)
     st.session_state[stored] = st.session_state[seen] = value
     st.query_params[name] = value
@@ -140,11 +189,11 @@ def pair_picker(runs: pd.DataFrame, steps: Sequence[str]) -> Pair | None:
         a = pick("Step A (current)", candidates, "a", default=candidates[0])
     with cols[2]:
         rest = [step for step in candidates if step != a]
-        b = pick("Step B (candidate)", rest, "b", default=_next_step(candidates, a, rest))
+        b = pick("Step B (candidate)", rest, "b", default=next_step(candidates, a, rest))
     return Pair(task, a, b)
 
 
-def _next_step(candidates: list[str], a: str, rest: list[str]) -> str:
+def next_step(candidates: list[str], a: str, rest: list[str]) -> str:
     index = candidates.index(a)
     return candidates[index + 1] if index + 1 < len(candidates) else rest[0]
 
@@ -158,6 +207,28 @@ def evidence_links(pair: Pair) -> None:
         with col:
             st.page_link(PAGES[page], label=f"{label}: {pair.b} vs {pair.a}", query_params=params,
                          icon=":material/arrow_forward:")
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """'1 step', '2 steps'; `plural_noun` for irregular ones ('1 item was', '2 items were' need both)."""
+    return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"
+
+
+def workload_scale() -> alt.Scale:
+    """The colour of each workload (its task shares it), the same on every chart."""
+    return alt.Scale(domain=list(WORKLOAD_COLORS), range=list(WORKLOAD_COLORS.values()))
+
+
+def task_scale() -> alt.Scale:
+    """Each task in its workload's colour."""
+    tasks = list(build.TASK_WORKLOAD)
+    return alt.Scale(domain=tasks, range=[WORKLOAD_COLORS[build.TASK_WORKLOAD[t]] for t in tasks])
+
+
+def step_scale(order: Sequence[str]) -> alt.Scale:
+    """Each step in the colour of its place in the store's ladder order (`analysis.ladder_order`), so a step
+    keeps its colour on every chart whichever steps are picked."""
+    return alt.Scale(domain=order, range=[STEP_PALETTE[i % len(STEP_PALETTE)] for i in range(len(order))])
 
 
 def pct(value: float | None, digits: int = 1) -> str:

@@ -19,11 +19,53 @@ SUMMARY_COLUMNS = ("run_id", "n", "errors", "correct", "accuracy", "truncated")
 
 
 def decision_line(d: WorkloadDecision) -> str:
-    """One decision in words, led by what to do (words from `evalsvc.reports`, as the CLI prints them)."""
-    reasons = "; ".join(reports.explain_reason(d, r) for r in d.reasons)
-    head = widgets.esc(reports.headline(d))
+    """What to do, coloured (words from `evalsvc.reports`, as the CLI prints them)."""
     color = {Choice.TAKE_B: "green", Choice.STOP_AT_A: "red", Choice.CANT_TELL: "orange"}[d.choice]
-    return f":{color}[**{head}**]: {widgets.esc(reasons)}"
+    return f":{color}[**{widgets.esc(reports.headline(d))}**]"
+
+
+def figures_line(d: WorkloadDecision) -> str:
+    """The four figures a decision rests on, in one line: accuracy verdict, tokens, speed and task-time ratios."""
+    parts = [f"accuracy: {compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING}"
+             + (f" (from {d.accuracy_from})" if d.workload == "chat" and d.accuracy_from else ""),
+             f"tokens B/A {widgets.num(d.token_ratio, 2)}",
+             f"speed B/A {widgets.num(d.time.speed_ratio if d.time else None, 2)}",
+             f"task time B/A {_time_cell(d)}"]
+    return " · ".join(parts)
+
+
+def settle_lines(d: WorkloadDecision) -> list[str]:
+    """What would settle a decision that cannot be made yet: missing evidence, the interval, the timing."""
+    if d.choice is not Choice.CANT_TELL:
+        return []
+    lines = [r.note for r in d.reasons if r.note]
+    if d.settle is not None and d.accuracy is not None:
+        lines.insert(0, compare.describe_settle(d.accuracy.task, d.settle).removeprefix("What would settle it: "))
+    return lines
+
+
+def render_decision(d: WorkloadDecision) -> None:
+    """A decision: what to do, its figures in one line, what would settle it, and every reason in full."""
+    st.markdown(decision_line(d))
+    st.markdown(widgets.esc(figures_line(d)))
+    for line in settle_lines(d):
+        st.markdown(f"What would settle it: {widgets.esc(line)}")
+    with st.expander("Why, in full"):
+        st.markdown(widgets.esc(reports.explain(d)))
+    task = _evidence_task(d)
+    if task is not None and task in build.TASK_WORKLOAD:
+        widgets.evidence_links(widgets.Pair(task, d.step_a, d.step_b))
+
+
+def ship_heading(workload: str, ship: str, stop: WorkloadDecision | None) -> str:
+    """'math (gsm8k): ship **int4-spec**', with why the ladder ends there."""
+    task = next((t for t, w in build.TASK_WORKLOAD.items() if w == workload), None)
+    head = f"#### {workload}{f' ({task})' if task else ''}: ship **{widgets.esc(ship)}**"
+    if stop is None:
+        return head + ", the last step"
+    if stop.choice is Choice.CANT_TELL:
+        return head + f", can't tell yet about **{widgets.esc(stop.step_b)}**"
+    return head + f", stop there (not **{widgets.esc(stop.step_b)}**)"
 
 
 def chain_table(chain: Sequence[WorkloadDecision], stop: WorkloadDecision | None) -> pd.DataFrame:
@@ -32,10 +74,10 @@ def chain_table(chain: Sequence[WorkloadDecision], stop: WorkloadDecision | None
     for d in chain:
         rows.append({
             "step N": d.step_a, "step N+1": d.step_b, "decision": reports.choice_words(d),
-            "on the path": "no, beyond the stop" if beyond else "yes",
             "accuracy": compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
             "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
             "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
+            "on the path": "no, after the stop" if beyond else "yes",
         })
         beyond = beyond or d is stop
     return pd.DataFrame(rows).set_index("step N")
@@ -45,26 +87,60 @@ def _evidence_task(d: WorkloadDecision) -> str | None:
     return d.accuracy.task if d.accuracy else d.accuracy_from
 
 
-def render_ship(steps: Sequence[str], decisions: Sequence[WorkloadDecision]) -> None:
-    """Per workload: the step to ship, the decisions that settle it with links to their evidence, the whole chain."""
+def has_chat_speeds(speeds: dict[str, dict[str, timing.EndpointSpeed]]) -> bool:
+    return any("chat" in per_step for per_step in speeds.values())
+
+
+def render_ship(steps: Sequence[str], decisions: Sequence[WorkloadDecision], show_chat: bool) -> None:
+    """Per workload: the step to ship, the decision that ends the walk down the ladder, the whole chain."""
     st.subheader("Which step to ship")
     for workload in dict.fromkeys(d.workload for d in decisions):
+        if workload == "chat" and not show_chat:
+            st.caption("chat: no step has a chat speed yet; measure one with "
+                       "`evalsvc speed --endpoint NAME --workload chat` to decide chat.")
+            continue
         chain = [d for d in decisions if d.workload == workload]
         ship, stop = analysis.ship_step(list(steps), chain)
-        taken = next((d for d in chain if d.step_b == ship and d.take_b), None)
         with st.container(border=True, key=f"ship_{workload}"):
-            task = next((t for t, w in build.TASK_WORKLOAD.items() if w == workload), None)
-            st.markdown(f"#### {workload}{f' ({task})' if task else ''}: ship **{widgets.esc(ship)}**")
-            for d in (taken, stop):
-                if d is not None:
-                    st.markdown(decision_line(d))
-                    task = _evidence_task(d)
-                    if task is not None:
-                        widgets.evidence_links(widgets.Pair(task, d.step_a, d.step_b))
-            if stop is None:
-                st.markdown("Every step of the ladder was taken.")
-            with st.expander(f"All {len(chain)} step-to-step decisions for {workload}"):
+            st.markdown(ship_heading(workload, ship, stop))
+            if stop is not None:
+                render_decision(stop)
+            with st.expander(f"All {widgets.plural(len(chain), 'step-to-step decision')} for {workload}"):
                 st.dataframe(chain_table(chain, stop))
+
+
+SWAP_NOTE = (
+    "A and B are not interchangeable: the verdict asks whether B is worse than A by more than the margin. "
+    "With A and B swapped it asks the opposite question, so the same interval can read differently "
+    "(e.g. inconclusive one way, no worse than -2.0 pts the other), and speeds and task times invert."
+)
+
+
+def render_any_pair(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> None:
+    """Any two steps: stop at A or take B, per workload, from the decision module."""
+    st.subheader("Stop at A or take B?")
+    order = analysis.ladder_order(runs)
+    cols = st.columns(2)
+    with cols[0]:
+        a = widgets.pick("Step A (current)", steps, "a", default=steps[0])
+    rest = [s for s in steps if s != a]
+    with cols[1]:
+        b = widgets.pick("Step B (candidate)", rest, "b", default=widgets.next_step(list(steps), a, rest))
+    if order.index(b) < order.index(a):
+        st.info(f"B ({b}) comes before A ({a}) in the ladder. " + SWAP_NOTE)
+    else:
+        st.caption(SWAP_NOTE)
+    found = data.ladder(url, runs, [a, b])
+    if not isinstance(found, build.LadderDecision):
+        st.warning(found)
+        return
+    speeds = data.endpoint_speeds(url, (a, b))
+    for d in found.decisions[0].workloads:
+        if d.workload == "chat" and not has_chat_speeds(speeds):
+            continue
+        with st.container(border=True, key=f"pair_{d.workload}"):
+            st.markdown(f"#### {d.workload}: {widgets.esc(reports.choice_words(d))}")
+            render_decision(d)
 
 
 def render_aside(found: build.LadderDecision) -> None:
@@ -73,7 +149,7 @@ def render_aside(found: build.LadderDecision) -> None:
         return
     rows = [{"step": a.step, "task": a.task, "run": str(a.run_id), "set aside": a.reason.value, "why": a.detail}
             for a in found.picked.aside]
-    with st.expander(f"{len(rows)} runs set aside (other settings, unfinished, or fewer items)"):
+    with st.expander(f"{widgets.plural(len(rows), 'run')} set aside (other settings, unfinished, or fewer items)"):
         st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
@@ -95,12 +171,14 @@ def task_table(
         speed = speeds.get(step, {}).get(workload)
         d = by_b.get(step)
         rows.append({
-            "step": step, "run": str(row["run"]), "accuracy": widgets.pct(row["accuracy"]), "95% CI": row["95% CI"],
-            "scored": str(row["scored"]), "mean tokens": widgets.num(row["mean tokens"]),
-            "median tokens": widgets.num(row["median tokens"]),
+            "step": step, "vs previous step": reports.choice_words(d) if d else widgets.MISSING,
+            "accuracy": widgets.pct(row["accuracy"]), "95% CI": row["95% CI"],
+            "task time vs prev": _time_cell(d),
             "tokens vs prev": f"{d.token_ratio:.2f}x" if d and d.token_ratio else widgets.MISSING,
             f"{workload} tok/s": f"{speed.effective_tps:.0f}" if speed else widgets.MISSING,
-            "task time vs prev": _time_cell(d), "truncated": str(row["truncated"]), "errors": str(row["errors"]),
+            "errors": str(row["errors"]), "truncated": str(row["truncated"]),
+            "mean tokens": widgets.num(row["mean tokens"]), "median tokens": widgets.num(row["median tokens"]),
+            "scored": str(row["scored"]), "run": str(row["run"]),
         })
     return pd.DataFrame(rows).set_index("step")
 
@@ -115,25 +193,39 @@ def ladder_chart(
     runs: pd.DataFrame, per_task: dict[str, dict[str, analysis.RunKey]], steps: Sequence[str],
     speeds: dict[str, dict[str, timing.EndpointSpeed]],
 ) -> alt.HConcatChart:
-    """Accuracy per task and decode speed per workload, down the ladder."""
-    accuracy = runs.set_index("run_id")["accuracy"]
-    acc = pd.DataFrame([
-        {"step": step, "task": task, "accuracy": accuracy[key.run_id]}
-        for task, per_step in per_task.items() for step, key in per_step.items()
-        if pd.notna(accuracy[key.run_id])
-    ], columns=["step", "task", "accuracy"])
+    """Accuracy per task with its Wilson interval, and decode speed per workload, down the ladder.
+
+    Accuracy points are not joined: steps may score different item sets (errors are left out), and a line
+    would suggest a trend between them. The axis runs from 0 to 100%.
+    """
+    by_id = runs.set_index("run_id")
+    rows = []
+    for task, per_step in per_task.items():
+        for step, key in per_step.items():
+            run = by_id.loc[key.run_id]
+            interval = analysis.accuracy_interval(int(run["correct"]), int(run["n"]) - int(run["errors"]))
+            if pd.notna(run["accuracy"]) and interval:
+                rows.append({"step": step, "task": task, "accuracy": float(run["accuracy"]), "low": interval[0],
+                             "high": interval[1], "scored": int(run["n"]) - int(run["errors"])})
     tps = pd.DataFrame([
         {"step": step, "workload": workload, "tok/s": speed.effective_tps}
         for step in steps for workload, speed in speeds.get(step, {}).items()
     ], columns=["step", "workload", "tok/s"])
     x = alt.X("step:N", sort=list(steps), title=None)
     # Plain records: handing Altair a DataFrame routes it through narwhals, whose first use costs a tenth of a second.
-    left = alt.Chart(alt.Data(values=acc.to_dict("records")), title="Accuracy").mark_line(point=True).encode(
-        x=x, y=alt.Y("accuracy:Q", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)), color="task:N")
+    base = alt.Chart(alt.Data(values=rows), title="Accuracy (95% interval), items scored per step in the tooltip")
+    y = alt.Y("accuracy:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="accuracy")
+    color = alt.Color("task:N", scale=widgets.task_scale(), title="task")
+    offset = alt.XOffset("task:N")
+    points = base.mark_point(filled=True, size=60).encode(
+        x=x, xOffset=offset, y=y, color=color, tooltip=["step:N", "task:N", alt.Tooltip("accuracy:Q", format=".1%"),
+                                                        "scored:Q"])
+    bars = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q", color=color)
     right = alt.Chart(alt.Data(values=tps.to_dict("records")), title="Decode tokens per second")
-    right = right.mark_line(point=True).encode(x=x, y=alt.Y("tok/s:Q"), color="workload:N")
-    charts = alt.hconcat(left.properties(width=380, height=240), right.properties(width=380, height=240))
-    return charts.resolve_scale(color="independent")
+    right = right.mark_line(point=True).encode(
+        x=x, y=alt.Y("tok/s:Q", scale=alt.Scale(zero=True)),
+        color=alt.Color("workload:N", scale=widgets.workload_scale(), title="workload"))
+    return alt.hconcat((bars + points).properties(width=380, height=240), right.properties(width=380, height=240))
 
 
 def main() -> None:
@@ -141,17 +233,19 @@ def main() -> None:
     st.title("Ladder")
     runs = widgets.runs_or_stop(url)
     steps = widgets.selected_steps(runs)
-    st.caption(f"{len(steps)} steps: {' -> '.join(steps)}. Each step uses its latest complete run per task with "
-               "the ladder's settings and item count.")
+    st.caption(f"{widgets.plural(len(steps), 'step')}: {' -> '.join(steps)}. Each step uses its latest complete "
+               "run per task with the ladder's settings and item count.")
     found = data.ladder(url, runs, steps)
+    speeds = data.endpoint_speeds(url, tuple(steps))
     decisions: list[WorkloadDecision] = []
     if isinstance(found, build.LadderDecision):
         decisions = [w for pair in found.decisions for w in pair.workloads]
-        render_ship(steps, decisions)
+        render_ship(steps, decisions, has_chat_speeds(speeds))
         render_aside(found)
     else:
         st.warning(found)
-    speeds = data.endpoint_speeds(url, tuple(steps))
+    if len(steps) >= 2:
+        render_any_pair(url, runs, steps)
     per_task = data.step_runs(runs, steps, url)
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")

@@ -22,6 +22,12 @@ Decode speeds (tok/s, entered by hand): math 100, 180, 270, 300; code 226,
 tok/s and tasks finish no sooner: stop at bf16. For math, int4 and int4-spec
 are taken and the kernel step is worse: ship int4-spec.
 
+Chat speed probes (measured, 20 prompts each): decode speeds 90, 160, 240, 280
+tok/s (+ prompt % 5), output tokens 200, 210, 210, 205 (+ prompt), none cut.
+Chat has no accuracy task, so the worst verdict of a pair's tasks stands in:
+chat takes int4 and int4-spec (faster, same tokens within 5%) and stops at
+int4-spec, as math does.
+
 Run as a script to write a store: `python -m tests.dashboard.seed PATH`.
 """
 
@@ -35,7 +41,8 @@ from typing import Any
 
 from db import queries
 from db.engine import Store, open_store
-from db.speed import add_speed_by_hand
+from db.speed import add_speed_by_hand, add_speed_run
+from harness.speed import SpeedSample
 from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, stable_hash
 
 STEPS = ("bf16", "int4", "int4-spec", "int4-spec-kernel")
@@ -48,6 +55,9 @@ SPEEDS = {
     "int4-spec": {"math": 270.0, "code": 400.0},
     "int4-spec-kernel": {"math": 300.0, "code": 420.0},
 }
+CHAT_PROMPTS = 20
+CHAT_TPS = {"bf16": 90.0, "int4": 160.0, "int4-spec": 240.0, "int4-spec-kernel": 280.0}
+CHAT_TOKENS = {"bf16": 200, "int4": 210, "int4-spec": 210, "int4-spec-kernel": 205}
 TEMPLATES = {"gsm8k": "zeroshot-chat@v1", "humaneval": "instruct-chat@v1"}
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -133,6 +143,15 @@ def add_speeds(store: Store, endpoint: str, speeds: dict[str, float], source: st
             add_speed_by_hand(session, row, workload, tps, 0.0, source)
 
 
+def add_chat_probe(store: Store, endpoint: str, tps: float, tokens: int) -> None:
+    """A measured chat speed run, as `evalsvc speed --workload chat` stores it."""
+    samples = [(f"chat/{p:02d}", SpeedSample(index=p, ttft_s=0.05, decode_tps=tps + p % 5, output_tokens=tokens + p,
+                                            token_source="usage", total_s=1.0, finish_reason="stop"))
+               for p in range(CHAT_PROMPTS)]
+    with store.session() as session:
+        add_speed_run(session, queries.get_endpoint(session, endpoint), "chat", samples, "seed probe", 1024, None)
+
+
 def add_run(
     store: Store, endpoint: str, task: str, samples: Sequence[Sample], outcomes: Sequence[Outcome],
     metadata: dict[str, Any] | None = None, repeat: bool = False, finished_at: datetime | None = None,
@@ -179,6 +198,7 @@ def seed_store(db: str) -> Store:
         add_run(store, step, "humaneval", code_samples, [CODE[step](i) for i in range(HUMANEVAL_N)],
                 finished_at=when)
         add_speeds(store, step, SPEEDS[step])
+        add_chat_probe(store, step, CHAT_TPS[step], CHAT_TOKENS[step])
     # The repeat finished before the main bf16 run, so the ladder keeps using the main one.
     add_run(store, "bf16", "gsm8k", math_samples, [bf16_math(i, repeat=1) for i in range(GSM8K_N)],
             repeat=True, finished_at=START)

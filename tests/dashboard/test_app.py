@@ -64,23 +64,73 @@ def grid_frame(at: AppTest, index: int) -> pd.DataFrame:
 
 def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db)
-    headings = [m.value for m in at.markdown if m.value.startswith("####")]
+    headings = [m.value for m in at.markdown if m.value.startswith("####")][:3]
     assert headings == [
-        r"#### math (gsm8k): ship **int4\-spec**",
-        r"#### code (humaneval): ship **bf16**",
-        r"#### chat: ship **bf16**",  # no chat speeds in the seed: can't tell yet, and why
+        r"#### math (gsm8k): ship **int4\-spec**, stop there (not **int4\-spec\-kernel**)",
+        r"#### code (humaneval): ship **bf16**, stop there (not **int4**)",
+        r"#### chat: ship **int4\-spec**, stop there (not **int4\-spec\-kernel**)",  # the seed's chat probes
     ]
     lines = [m.value for m in at.markdown]
     # The worked example: 21% more tokens at 252 against 226 tok/s, so code tasks finish 8.5% later.
-    code_stop = next(line for line in lines if line.startswith(r":red[**stop at bf16 for code, tasks finish 8\.5% later**]"))
+    code_stop = lines.index(r":red[**stop at bf16 for code, tasks finish 8\.5% later**]")
     expected_ratio = (242 / 252) / (200 / 226)
-    assert f"task time B/A is {expected_ratio:.3f}".replace(".", r"\.") in code_stop
+    figures = lines[code_stop + 1]
+    for part in (r"accuracy\: no change beyond the margin", r"tokens B/A 1\.21", r"speed B/A 1\.12",
+                 f"task time B/A {expected_ratio:.3f}x".replace(".", r"\.")):
+        assert part in figures, (part, figures)
     code_chain = grid_frame(at, 1)
     # The kernel step's 2 lost problems of 164: inconclusive at 2 points, but tasks finish sooner.
     assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "can't tell yet"]
-    assert list(code_chain["on the path"]) == ["yes", "no, beyond the stop", "no, beyond the stop"]
-    chat = next(line for line in lines if line.startswith(r":orange[**can't tell yet between bf16 and int4 for chat**]"))
-    assert "no chat speed for bf16" in chat
+    assert list(code_chain["on the path"]) == ["yes", "no, after the stop", "no, after the stop"]
+    # Chat: the worst verdict of the pair's tasks stands in, the time comes from the chat probes.
+    chat = lines[lines.index(r":red[**stop at int4\-spec for chat, tasks finish 15\.3% sooner**]") + 1]
+    assert r"accuracy\: worse \(from gsm8k\)" in chat
+    chat_time = (sum(0.05 + (205 + p) / (280 + p % 5) for p in range(20))
+                 / sum(0.05 + (210 + p) / (240 + p % 5) for p in range(20)))
+    assert f"task time B/A {chat_time:.3f}x".replace(".", r"\.") in chat
+
+
+def test_ladder_without_chat_speeds_says_how_to_measure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "nochat.db"))
+    for step in ("s1", "s2"):
+        seed.add_run(store, step, "gsm8k", [seed.gsm8k_sample(i) for i in range(40)],
+                     [seed.math_outcome(i, i < 30, 100) for i in range(40)])
+    store.dispose()
+    at = open_app(monkeypatch, str(tmp_path / "nochat.db"))
+    headings = [m.value for m in at.markdown if m.value.startswith("####")]
+    assert not any("chat" in h for h in headings), headings
+    assert any(c.value.startswith("chat: no step has a chat speed yet") for c in at.caption)
+    # One step, one item set: words in the singular.
+    lines = [m.value for m in at.markdown]
+    assert any("no math speed for s1" in line for line in lines), lines
+
+
+def test_any_two_steps_answer_stop_at_a_or_take_b(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, a="int4-spec", b="int4-spec-kernel")
+    pair = {m.value for m in at.markdown if m.value.startswith("#### ") and ":" in m.value and "ship" not in m.value}
+    assert pair == {r"#### math: stop at int4\-spec", "#### code: can't tell yet", r"#### chat: stop at int4\-spec"}
+    lines = [m.value for m in at.markdown]
+    settle = [line for line in lines if line.startswith("What would settle it")]
+    # 164 items, 2 lost: the interval reaches past -2 points; what would settle it is said.
+    assert any("these 164 items establish a margin of" in line for line in settle), settle
+    assert at.query_params["a"] == "int4-spec" and at.query_params["b"] == "int4-spec-kernel"
+    swapped = open_app(monkeypatch, seeded_db, a="int4-spec-kernel", b="int4-spec")
+    assert any(i.value.startswith("B (int4-spec) comes before A (int4-spec-kernel) in the ladder. A and B are not "
+                                  "interchangeable") for i in swapped.info)
+
+
+def test_margin_per_task_changes_the_verdict_and_stays_in_the_url(monkeypatch: pytest.MonkeyPatch,
+                                                                 seeded_db: str) -> None:
+    # The kernel's code step: 2 of 164 lost, interval about -3.9 to +0.4 points: inconclusive at 2, fine at 5.
+    at = open_app(monkeypatch, seeded_db, a="int4-spec", b="int4-spec-kernel")
+    assert "#### code: can't tell yet" in [m.value for m in at.markdown]
+    at.sidebar.number_input(key="margin_points_humaneval").set_value(5.0).run()
+    assert not at.exception
+    pair = [m.value for m in at.markdown if m.value.startswith("#### code:")]
+    assert pair == [r"#### code: take int4\-spec\-kernel"], pair
+    assert at.query_params["margin_humaneval"] == "5"
+    again = open_app(monkeypatch, seeded_db, a="int4-spec", b="int4-spec-kernel", margin_humaneval="5")
+    assert r"#### code: take int4\-spec\-kernel" in [m.value for m in again.markdown]
 
 
 def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
@@ -113,10 +163,15 @@ def test_ladder_links_each_decision_to_its_evidence(monkeypatch: pytest.MonkeyPa
 def test_ladder_steps_follow_the_sidebar_choice(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db)
     at.sidebar.multiselect(key=data_steps_key()).set_value(["bf16", "int4-spec-kernel"]).run()
-    headings = [m.value for m in at.markdown if m.value.startswith("####")]
-    assert headings == [r"#### math (gsm8k): ship **bf16**", r"#### code (humaneval): ship **bf16**",
-                        r"#### chat: ship **bf16**"]
+    headings = [m.value for m in at.markdown if m.value.startswith("####") and "ship" in m.value]
+    assert headings == [r"#### math (gsm8k): ship **bf16**, stop there (not **int4\-spec\-kernel**)",
+                        r"#### code (humaneval): ship **bf16**, can't tell yet about **int4\-spec\-kernel**",
+                        r"#### chat: ship **bf16**, stop there (not **int4\-spec\-kernel**)"]
     assert list(grid_frame(at, 3).index) == ["bf16", "int4-spec-kernel"]
+    # The choice is in the URL, and a reload (a new session with that URL) shows the same ladder.
+    assert at.query_params["steps"] == "bf16,int4-spec-kernel"
+    again = open_app(monkeypatch, seeded_db, steps="bf16,int4-spec-kernel")
+    assert list(grid_frame(again, 3).index) == ["bf16", "int4-spec-kernel"]
 
 
 def test_sidebar_margins_change_verdicts_as_the_cli_option_does(
@@ -385,8 +440,10 @@ def test_measured_speeds_are_read_from_the_speed_store(tmp_path: Path) -> None:
     with store.session() as session:
         add_speed_run(session, queries.get_endpoint(session, "int4"), "chat", samples, "probe", 256, None)
     speeds = data.endpoint_speeds(data.db_url(["--db", db]), ("bf16", "int4"))
-    assert set(speeds["bf16"]) == {"math", "code"} and set(speeds["int4"]) == {"math", "code", "chat"}
+    assert set(speeds["bf16"]) == {"math", "code", "chat"} and set(speeds["int4"]) == {"math", "code", "chat"}
     assert speeds["bf16"]["code"].effective_tps == 226.0
+    # The seed's chat probe of bf16: 90 + prompt % 5 tok/s, a harmonic mean.
+    assert speeds["bf16"]["chat"].effective_tps == pytest.approx(1 / (sum(1 / (90 + p % 5) for p in range(20)) / 20))
     chat = speeds["int4"]["chat"]
     assert chat.measured and chat.effective_tps == pytest.approx(1 / ((1 / 100 + 1 / 200) / 2))
     assert chat.mean_ttft_s == pytest.approx(0.2)
