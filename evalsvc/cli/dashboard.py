@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from db.engine import DB_ENV, open_store, to_url
+from db.engine import DB_ENV, StoreError, open_store, to_url
 from evalsvc.cli.runs import secret_url
 from harness.redact import mask_url
 
@@ -20,6 +20,10 @@ OPEN_ADDRESS_WARNING = (
     "stored item and start evaluation jobs; it has no login of its own. Listen on 127.0.0.1 and put a reverse "
     "proxy that authenticates in front of it (README: \"The dashboard on a shared machine\")."
 )
+
+
+# No "Deploy" button or developer menu: the page is a read-only tool, not an app being written.
+STREAMLIT_CLIENT_FLAGS = ("--client.toolbarMode", "viewer")
 
 
 def streamlit_argv(app: Path, port: int, address: str, headless: bool) -> list[str]:
@@ -34,6 +38,7 @@ def streamlit_argv(app: Path, port: int, address: str, headless: bool) -> list[s
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
         "--client.showErrorDetails", "full" if is_loopback(address) else "type",
+        *STREAMLIT_CLIENT_FLAGS,
     ]
 
 
@@ -63,14 +68,19 @@ def find_app() -> Path:
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback exposes the page, which has no login.")
 @click.option("--open/--no-open", "open_browser", default=False, show_default=True, help="Open a browser tab.")
-def dashboard_command(db: str | None, port: int, address: str, open_browser: bool) -> None:
+@click.option("--create", is_flag=True, help="Make a new empty store when the --db file does not exist yet "
+              "(without it, a path that does not exist is refused: it is usually a typo).")
+def dashboard_command(db: str | None, port: int, address: str, open_browser: bool, create: bool) -> None:
     """Open the dashboard on the store: ladder, disagreements, significance, length and time, new runs.
 
     Example: EVALSVC_DB=postgresql://user:password@host/db evalsvc dashboard --port 8501
     """
     url = to_url(db)
     if url.startswith("sqlite"):  # a mistyped path is refused here, not shown as a new empty store
-        open_store(url, create=False).dispose()
+        try:
+            open_store(url, create=create).dispose()
+        except StoreError as exc:
+            raise StoreError(f"{exc}; `evalsvc dashboard --create` opens a new empty one") from exc
     argv = streamlit_argv(find_app(), port, address, headless=not open_browser)
     if not is_loopback(address):
         click.echo(OPEN_ADDRESS_WARNING.format(address=address), err=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from evalsvc.cli.dashboard import streamlit_argv
 from tests.dashboard import seed
 
 pytest.importorskip("playwright.sync_api", reason="playwright is needed for the browser tests (pip install playwright)")
@@ -39,10 +40,10 @@ START_TIMEOUT_S = 120
 expect.set_options(timeout=30_000)
 RENDER_TIMEOUT_MS = 90_000
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists(),
     reason=f"no Chromium at {CHROMIUM} (apt-get install chromium, or set EVALSVC_CHROMIUM)",
-)
+)]
 
 
 def free_port() -> int:
@@ -54,9 +55,9 @@ def free_port() -> int:
 def launch_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start the app on `db` in its own process group; returns the process and its base URL."""
     port = free_port()
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-            "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none", "--", "--db", db]
+    # The command line `evalsvc dashboard` runs (toolbar, error details), plus no file watcher and the store.
+    argv = [*streamlit_argv(APP, port, "127.0.0.1", headless=True), "--server.fileWatcherType", "none", "--",
+            "--db", db]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, f"http://127.0.0.1:{port}"
@@ -135,10 +136,15 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture()
 def page(browser: Browser) -> Iterator[Page]:
+    """A tab that fails the test if the page asks anything of a host other than this machine."""
     context = browser.new_context(viewport=VIEWPORT)
     tab = context.new_page()
+    outside: list[str] = []
+    tab.on("request", lambda request: outside.append(request.url)
+           if not re.match(r"(https?|wss?)://127\.0\.0\.1[:/]|data:|blob:|about:", request.url) else None)
     yield tab
     context.close()
+    assert not outside, f"the page fetched from outside the machine: {outside[:5]}"
 
 
 def wait_rendered(page: Page) -> None:
@@ -218,7 +224,7 @@ def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Pat
         assert figure in ladder, figure
     page.get_by_text("All 3 step-to-step decisions for code").click()
     chain = grid_text(page, at_least=3)
-    assert "stop at bf16" in chain and "no, beyond the stop" in chain
+    assert "stop at bf16" in chain and "no, after the stop" in chain
     expected = {
         "Disagreements": ("only A right (bf16)\n2", "Item gsm8k/test/0318"),
         "Significance": ("Cochran's Q (gsm8k, 4 steps, 399 items", "no change beyond the margin (2.0 pts)", "Noise floor"),
@@ -252,6 +258,44 @@ def test_picking_a_pair_in_the_selectboxes(page: Page, seeded_app: str) -> None:
     wait_rendered(page)
     expect(page.get_by_text("Verdict: worse")).to_be_visible()
     expect(page).to_have_url(re.compile(r"b=int4-spec-kernel"))
+
+
+def test_decide_step_3_against_step_4_for_math_code_and_chat(page: Page, seeded_app: str, artifacts: Path) -> None:
+    page.set_viewport_size({"width": 1280, "height": 2400})
+    page.goto(seeded_app)
+    open_page(page, "Ladder")
+    assert page.get_by_role("button", name="Deploy").count() == 0
+    page.get_by_role("combobox", name="Step A (current)").click()
+    page.get_by_role("option", name="int4-spec", exact=True).click()
+    wait_rendered(page)
+    page.get_by_role("combobox", name="Step B (candidate)").click()
+    page.get_by_role("option", name="int4-spec-kernel").click()
+    wait_rendered(page)
+    expect(page).to_have_url(re.compile(r"a=int4-spec&b=int4-spec-kernel|b=int4-spec-kernel.*a=int4-spec"))
+    for workload, words in (("math", "stop at int4-spec"), ("code", "can't tell yet"), ("chat", "stop at int4-spec")):
+        expect(page.locator(f'[class*="st-key-pair_{workload}"]').get_by_text(f"{workload}: {words}")).to_be_visible()
+    code = page.locator('[class*="st-key-pair_code"]').inner_text()
+    assert "What would settle it: these 164 items establish a margin of" in code, code
+    assert "task time B/A 0.905x" in code
+    shoot(page, artifacts, "12_step3_vs_step4_1280px")
+    # The view survives a reload: the pair is in the URL.
+    page.reload()
+    open_page(page, "Ladder")
+    expect(page.locator('[class*="st-key-pair_code"]').get_by_text("code: can't tell yet")).to_be_visible()
+    # Swapped, the page says why the answer differs.
+    page.goto(f"{seeded_app}/?a=int4-spec-kernel&b=int4-spec")
+    open_page(page, "Ladder")
+    expect(page.get_by_text("B (int4-spec) comes before A (int4-spec-kernel) in the ladder.")).to_be_visible()
+    shoot(page, artifacts, "13_swapped_pair")
+
+
+def test_chosen_steps_survive_a_reload(page: Page, seeded_app: str) -> None:
+    page.goto(f"{seeded_app}/?steps=bf16,int4-spec-kernel")
+    open_page(page, "Ladder")
+    expect(page.get_by_text("2 steps: bf16 → int4-spec-kernel.")).to_be_visible()
+    page.reload()
+    open_page(page, "Ladder")
+    expect(page.get_by_text("2 steps: bf16 → int4-spec-kernel.")).to_be_visible()
 
 
 # --- the empty store -------------------------------------------------------------------------

@@ -51,3 +51,24 @@ def test_open_address_warns(monkeypatch: pytest.MonkeyPatch, address: str, warns
     assert ("has no login of its own" in result.output) is warns
     details = started["argv"][started["argv"].index("--client.showErrorDetails") + 1]
     assert details == ("type" if warns else "full")
+
+
+def test_a_missing_store_path_is_refused_unless_create(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "call", lambda argv, env: calls.append(argv) or 0)
+    missing = tmp_path / "typo" / "evalsvc.db"
+    refused = CliRunner().invoke(main, ["dashboard", "--db", str(missing)])
+    assert refused.exit_code != 0 and not calls
+    assert not missing.parent.exists()
+    assert len(refused.output.strip().splitlines()) == 1 and "--create" in refused.output, refused.output
+    (tmp_path / "new").mkdir()
+    made = tmp_path / "new" / "evalsvc.db"
+    created = CliRunner().invoke(main, ["dashboard", "--db", str(made), "--create"])
+    assert created.exit_code == 0, created.output
+    assert made.exists() and len(calls) == 1
+
+
+def test_the_launch_hides_the_deploy_menu(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, started = start(monkeypatch)
+    argv = started["argv"]
+    assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"
