@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Endpoint, Item, Run, utcnow
 from harness.errors import UserError
-from harness.redact import scrub, strip_credentials
+from harness.redact import mask_url, scrub, strip_credentials
 from harness.types import Completion, ItemResult, Request, Sample
 
 if TYPE_CHECKING:
@@ -86,12 +86,15 @@ def check_endpoint_name(name: str) -> None:
 
 
 def upsert_endpoint(
-    session: Session, name: str, base_url: str, model: str, fingerprint: dict[str, Any], metadata: dict[str, Any]
+    session: Session, name: str, base_url: str, model: str, fingerprint: dict[str, Any], metadata: dict[str, Any],
+    new_url: bool = False,
 ) -> Endpoint:
-    """The endpoint called `name`, created or refreshed. A name stays bound to one model.
+    """The endpoint called `name`, created or refreshed. A name stays bound to one model and one URL.
 
-    Nothing secret is stored: the URL loses its user part and key parameters, and credential fields of the
-    fingerprint (SGLang's server info lists its `api_key`) and metadata are masked.
+    Another URL for a stored name is refused (the stored URL is what its earlier runs were measured at)
+    unless `new_url` says the endpoint moved; the URL it had is then kept in its metadata. Nothing secret
+    is stored: the URL loses its user part and key parameters, and credential fields of the fingerprint
+    (SGLang's server info lists its `api_key`) and metadata are masked.
     """
     check_endpoint_name(name)
     base_url, fingerprint, metadata = strip_credentials(base_url), scrub(fingerprint), scrub(metadata)
@@ -99,17 +102,31 @@ def upsert_endpoint(
     if endpoint is None:
         endpoint = Endpoint(name=name, base_url=base_url, model=model, fingerprint=fingerprint, metadata_=metadata)
         session.add(endpoint)
-    elif endpoint.model != model:
-        raise EndpointConflict(
-            f"endpoint {name!r} was stored with model {endpoint.model!r}, not {model!r}; "
-            "use a new --endpoint name for a different model"
-        )
-    else:
-        endpoint.base_url = base_url
-        endpoint.fingerprint = fingerprint
-        endpoint.metadata_ = {**endpoint.metadata_, **metadata}
+        session.flush()
+        return endpoint
+    check_same_endpoint(endpoint, base_url, model, new_url)
+    if endpoint.base_url != base_url:
+        moves = [*endpoint.metadata_.get("earlier_urls", []), {"url": endpoint.base_url, "until": utcnow().isoformat()}]
+        metadata = {**metadata, "earlier_urls": moves}
+    endpoint.base_url = base_url
+    endpoint.fingerprint = fingerprint
+    endpoint.metadata_ = {**endpoint.metadata_, **metadata}
     session.flush()
     return endpoint
+
+
+def check_same_endpoint(endpoint: Endpoint, base_url: str, model: str, new_url: bool) -> None:
+    """Raise EndpointConflict when a stored endpoint name is reused for another model, or silently another URL."""
+    if endpoint.model != model:
+        raise EndpointConflict(
+            f"endpoint {endpoint.name!r} was stored with model {endpoint.model!r}, not {model!r}; "
+            "use a new --endpoint name for a different model"
+        )
+    if endpoint.base_url != base_url and not new_url:
+        raise EndpointConflict(
+            f"endpoint {endpoint.name!r} was stored at {mask_url(endpoint.base_url)}, not {mask_url(base_url)}; "
+            "use a new --endpoint name for another server, or add --new-url if this endpoint moved"
+        )
 
 
 def get_endpoint(session: Session, name: str) -> Endpoint:
@@ -350,6 +367,16 @@ def resolve_run(session: Session, ref: str, task: str | None = None) -> Run:
     if run is None:
         raise NotFound(f"endpoint {ref!r} has no complete {task or ''} run yet; run `evalsvc run` first")
     return run
+
+
+def common_error(session: Session, run_id: int) -> tuple[str, int] | None:
+    """The run's most frequent item error (its first line, cut to 200 characters) and how many items had it."""
+    errors = session.scalars(select(Item.error).where(Item.run_id == run_id, Item.status == "error")).all()
+    counts: dict[str, int] = {}
+    for error in errors:
+        line = (error or "unknown error").strip().splitlines()[0][:200] if (error or "").strip() else "unknown error"
+        counts[line] = counts.get(line, 0) + 1
+    return max(counts.items(), key=lambda kv: kv[1]) if counts else None
 
 
 def summarize_runs(session: Session, run_ids: list[int] | None = None) -> list[RunSummary]:

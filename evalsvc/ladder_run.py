@@ -73,6 +73,7 @@ def step_spec(step: LadderStep, task: str, plan: LadderPlan) -> RunSpec:
     return replace(
         plan.base, endpoint=step.name, base_url=step.base_url, model=step.model, task=task, template=template,
         limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None, metadata=dict(step.metadata),
+        new_url=True,  # the ladder file says where each step answers (a launched step may get another port)
     )
 
 
@@ -92,7 +93,8 @@ def _measure(store: Store, step: LadderStep, workload: str, plan: LadderPlan) ->
     try:
         measure_speed(store, SpeedPlan(endpoint=step.name, workload=workload, n=plan.speed_n,
                                        max_tokens=plan.speed_max_tokens, data=plan.data,
-                                       url=step.base_url, model=step.model, api_key=plan.base.api_key))
+                                       url=step.base_url, model=step.model, api_key=plan.base.api_key,
+                                       new_url=True))  # the ladder file says where each step answers
     except SpeedError as exc:  # the accuracy runs stand; the decision will say the speed is missing
         log.error("step %s: %s speed not measured: %s", step.name, workload, exc)
 

@@ -63,6 +63,7 @@ class RunSpec:
     metadata: dict[str, Any] = field(default_factory=dict)
     new_repeat: bool = False
     max_error_rate: float = 0.1
+    new_url: bool = False  # the endpoint moved: accept another URL for its stored name
     timeout_s: float = 600.0
     isolation: str = "bwrap"  # how HumanEval programs are sandboxed; "process" only when asked for by name
 
@@ -73,6 +74,7 @@ class RunOutcome:
     resumed: bool
     skipped: int
     summary: queries.RunSummary
+    error: str | None = None  # why the run failed, and how to retry
 
 
 def config_hash(task: str, template: PromptTemplate, settings: DecodingSettings, isolation: str | None = None) -> str:
@@ -140,14 +142,16 @@ async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> Run
                 queries.finish_run(session, run.id, "interrupted")
                 raise RunInterrupted(run.id) from None
             summary = queries.summarize_runs(session, [run.id])[0]
-            status, error = _final_status(summary, spec.max_error_rate)
+            status, error = _final_status(summary, spec.max_error_rate, queries.common_error(session, run.id))
             queries.finish_run(session, run.id, status, error)
             summary = queries.summarize_runs(session, [run.id])[0]
-    return RunOutcome(run_id=run.id, resumed=resumed, skipped=len(samples) - len(pending), summary=summary)
+    return RunOutcome(run_id=run.id, resumed=resumed, skipped=len(samples) - len(pending), summary=summary,
+                      error=error)
 
 
 def _open_run(session, spec, template, samples, fingerprint, base_url, isolation):  # type: ignore[no-untyped-def]
-    endpoint = queries.upsert_endpoint(session, spec.endpoint, base_url, spec.model, fingerprint, spec.metadata)
+    endpoint = queries.upsert_endpoint(session, spec.endpoint, base_url, spec.model, fingerprint, spec.metadata,
+                                       new_url=spec.new_url)
     fields = {
         "task": spec.task,
         "template": template.key,
@@ -329,7 +333,11 @@ async def _score(task: Task, sample: Sample, completion: Completion) -> tuple[It
         return None, failed
 
 
-def _final_status(summary: queries.RunSummary, max_error_rate: float) -> tuple[str, str | None]:
+def _final_status(summary: queries.RunSummary, max_error_rate: float,
+                  common: tuple[str, int] | None) -> tuple[str, str | None]:
+    """complete, or failed with why: the share of errors, the most common one, and how to retry."""
     if summary.n and summary.errors / summary.n > max_error_rate:
-        return "failed", f"{summary.errors} of {summary.n} items failed (more than {max_error_rate:.0%})"
+        why = f"; most common error ({common[1]} of them): {common[0]}" if common else ""
+        return "failed", (f"{summary.errors} of {summary.n} items failed (more than {max_error_rate:.0%}){why}; "
+                          "fix the cause and run the same command: it retries only the failed items")
     return "complete", None

@@ -11,6 +11,8 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 from db import queries
 from db.engine import Store
 from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
@@ -42,6 +44,7 @@ class SpeedPlan:
     url: str | None = None
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
+    new_url: bool = False  # the endpoint moved: accept another URL for its stored name
 
 
 def workload_prompts(workload: str, n: int, data: str | None, chat_source: str | None) -> list[tuple[str, Request]]:
@@ -76,20 +79,26 @@ def measure_speed(store: Store, plan: SpeedPlan, progress: bool = False) -> Spee
 
 
 async def _probe(base_url: str, model: str, requests: list[Request], plan: SpeedPlan, progress: bool):  # type: ignore[no-untyped-def]
-    def report(sample: SpeedSample) -> None:
-        if progress:
-            tps = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else sample.error
-            log.warning("request %d: %s", sample.index + 1, tps)
+    # A progress bar on stderr (off with --json), not a log line per request: results stay on stdout.
+    bar = tqdm(total=len(requests), disable=not progress, desc=f"{plan.endpoint}/{plan.workload} speed", unit="req")
 
-    return await probe_speed_with_spec(base_url, model, requests, mode=requests[0].mode, max_tokens=plan.max_tokens,
-                                       api_key=plan.api_key, on_sample=report)
+    def report(sample: SpeedSample) -> None:
+        bar.set_postfix_str(f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "failed", refresh=False)
+        bar.update(1)
+
+    try:
+        return await probe_speed_with_spec(base_url, model, requests, mode=requests[0].mode,
+                                           max_tokens=plan.max_tokens, api_key=plan.api_key, on_sample=report)
+    finally:
+        bar.close()
 
 
 def _endpoint(session, plan: SpeedPlan):  # type: ignore[no-untyped-def]
     """The stored endpoint, registered first when --url and --model are given."""
     if plan.url and plan.model:
         fingerprint = asyncio.run(_fingerprint(plan))
-        endpoint = queries.upsert_endpoint(session, plan.endpoint, plan.url, plan.model, fingerprint, {})
+        endpoint = queries.upsert_endpoint(session, plan.endpoint, plan.url, plan.model, fingerprint, {},
+                                           new_url=plan.new_url)
         session.commit()
         return endpoint
     return queries.get_endpoint(session, plan.endpoint)

@@ -8,7 +8,10 @@ from typing import Any
 import click
 
 from db import queries
+from evalsvc.cli import fail
+from evalsvc.cli.selection import render_runs_used, runs_used
 from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
+from harness.errors import EXIT_FAILED
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
 
@@ -54,13 +57,15 @@ MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a 
 @click.argument("b")
 @click.option("--task", type=click.Choice(list(TASK_NAMES)), help="Only this task (default: every task both ran).")
 @click.option("--disagreements", is_flag=True, help="Also list the items where exactly one side was right.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["worse", "worse-or-inconclusive"]),
+              help="For CI: exit 1 when a task's verdict is worse (or, also, inconclusive).")
 @MARGIN_OPTION
 @FORCE_OPTION
 @MARKDOWN_OPTION
 @DB_OPTION
 @JSON_OPTION
-def compare_command(a: str, b: str, task: str | None, disagreements: bool, margins: tuple[str, ...], force: bool,
-                    markdown: bool, db: str | None, as_json: bool) -> None:
+def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_on: str | None,
+                    margins: tuple[str, ...], force: bool, markdown: bool, db: str | None, as_json: bool) -> None:
     """Paired accuracy of B against A (endpoint names or run ids), with the verdict.
 
     Example: evalsvc compare bf16 awq-int4 --margin humaneval=5
@@ -71,19 +76,23 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, margi
 
     check_two_sides(a, b)
     store = read_store(db)
-    comparisons = build.compare_refs(store, a, b, [task] if task else list(TASK_NAMES), _margins(margins), force)
+    tasks = [task] if task else list(TASK_NAMES)
+    comparisons = build.compare_refs(store, a, b, tasks, _margins(margins), force)
+    selection = runs_used(store, [a, b], tasks, force)
     if as_json:
-        payload: dict[str, Any] = {"comparisons": [c.to_dict() for c in comparisons]}
+        payload: dict[str, Any] = {"comparisons": [c.to_dict() for c in comparisons], "runs": selection}
         if disagreements:
             payload["disagreements"] = {c.task: reports.disagreements(store, c).to_dict("records") for c in comparisons}
         click.echo(json.dumps(payload, indent=2, default=str))
-        return
-    render = render_comparisons_markdown if markdown else render_comparisons_text
-    click.echo(render(comparisons))
-    if disagreements:
-        for c in comparisons:
-            click.echo(f"\n{c.task}: items where exactly one side was right")
-            click.echo(reports.disagreements(store, c).to_string(index=False))
+    else:
+        render = render_comparisons_markdown if markdown else render_comparisons_text
+        click.echo(render(comparisons))
+        click.echo("\n" + render_runs_used(selection, markdown))
+        if disagreements:
+            for c in comparisons:
+                click.echo(f"\n{c.task}: items where exactly one side was right")
+                click.echo(render_disagreements(reports.disagreements(store, c)))
+    gate_verdicts(comparisons, fail_on)
 
 
 @click.command("report", epilog=RULE_HELP + "\n\n" + DECISION_HELP)
@@ -118,13 +127,15 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
     compared = [run for e in report.accuracy.entries for run in (e.comparison.run_a, e.comparison.run_b)]
     with store.session() as session:
         warnings = token_warnings(session, compared)
+    selection = runs_used(store, names, None, force)
     if as_json:
-        click.echo(json.dumps({"token_warnings": [w.to_dict() for w in warnings], **report.to_dict()}, indent=2,
-                              default=str))
+        click.echo(json.dumps({"token_warnings": [w.to_dict() for w in warnings], **report.to_dict(),
+                               "runs": selection}, indent=2, default=str))
         return
     for warning in warnings:
         click.echo(warning.describe())
     click.echo(report.render_markdown() if markdown else report.render_text())
+    click.echo("\n" + render_runs_used(selection, markdown))
 
 
 @click.command("speed")
@@ -135,6 +146,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
               help="Cap per request; keep it at least the accuracy runs' cap, or chat lengths are cut.")
 @click.option("--url", callback=secret_url, help="Base URL, when the endpoint is not stored yet.")
 @click.option("--model", help="Model id, when the endpoint is not stored yet.")
+@click.option("--new-url", is_flag=True, help="The endpoint moved: store --url for its name.")
 @click.option("--data", type=click.Path(), help="Local GSM8K file or folder (math prompts).")
 @click.option("--chat-data", help="Chat prompts: a JSONL file or a datasets name (default: built-in set).")
 @click.option("--tokens-per-second", "tps", type=FiniteNumber(),
@@ -146,7 +158,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 @DB_OPTION
 @JSON_OPTION
 def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: str | None, model: str | None,
-                  data: str | None, chat_data: str | None, tps: float | None, ttft: float | None, source: str | None,
+                  new_url: bool, data: str | None, chat_data: str | None, tps: float | None, ttft: float | None, source: str | None,
                   api_key: str | None, db: str | None, as_json: bool) -> None:
     """Batch-1 streaming speed of an endpoint on one workload (or a figure entered by hand)."""
     from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand
@@ -158,10 +170,34 @@ def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: st
         run = record_speed_by_hand(store, endpoint, workload, tps, ttft or 0.0, source or "")
     else:
         plan = SpeedPlan(endpoint=endpoint, workload=workload, n=n, max_tokens=max_tokens, data=data,
-                         chat_source=chat_data, url=url, model=model, api_key=api_key)
+                         chat_source=chat_data, url=url, model=model, api_key=api_key, new_url=new_url)
         run = measure_speed(store, plan, progress=not as_json)
     summary = speed_summary(store, run.id)
     click.echo(json.dumps(summary, indent=2) if as_json else format_speed(summary))
+
+
+def render_disagreements(frame: Any) -> str:
+    return frame.to_string(index=False) if len(frame) else "  none: both sides were right or wrong together"
+
+
+def gate_verdicts(comparisons: list[Any], fail_on: str | None) -> None:
+    """--fail-on for CI: exit 1 (after the output) when a verdict trips the gate."""
+    from evalsvc.decision.rule import Verdict
+
+    tripping = {"worse": {Verdict.WORSE}, "worse-or-inconclusive": {Verdict.WORSE, Verdict.INCONCLUSIVE}}
+    hit = [c for c in comparisons if fail_on and Verdict(getattr(c.verdict, "value", c.verdict)) in tripping[fail_on]]
+    if hit:
+        fail(", ".join(f"{c.task} is {Verdict(getattr(c.verdict, 'value', c.verdict)).value}" for c in hit)
+             + f" (--fail-on {fail_on})", EXIT_FAILED, prefix="gate")
+
+
+def gate_decision(decision: dict[str, Any], fail_on: str | None) -> None:
+    """--fail-on for CI: exit 1 (after the output) when a workload's decision trips the gate."""
+    tripping = {"stop": (False,), "stop-or-cant-tell": (False, None)}
+    hit = [w for w in decision["workloads"] if fail_on and w["take_b"] in tripping[fail_on]]
+    if hit:
+        fail(", ".join(f"{w['workload']}: {w['decision']}" for w in hit) + f" (--fail-on {fail_on})", EXIT_FAILED,
+             prefix="gate")
 
 
 def check_two_sides(a: str, b: str) -> None:
@@ -231,10 +267,13 @@ def _accept_length_lines(s: dict[str, Any]) -> list[str]:
 @click.command("decide", epilog=DECISION_HELP + "\n\n" + RULE_HELP)
 @click.argument("a")
 @click.argument("b")
+@click.option("--fail-on", "fail_on", type=click.Choice(["stop", "stop-or-cant-tell"]),
+              help="For CI: exit 1 when a workload's decision is stop at A (or, also, can't tell yet).")
 @MARGIN_OPTION
 @DB_OPTION
 @JSON_OPTION
-def decide_command(a: str, b: str, margins: tuple[str, ...], db: str | None, as_json: bool) -> None:
+def decide_command(a: str, b: str, fail_on: str | None, margins: tuple[str, ...], db: str | None,
+                   as_json: bool) -> None:
     """Per workload: take step B, stop at A, or can't tell yet (and what would settle it).
 
     Example: evalsvc decide awq-int4 awq-int4-spec --margin humaneval=5
@@ -244,10 +283,14 @@ def decide_command(a: str, b: str, margins: tuple[str, ...], db: str | None, as_
     check_two_sides(a, b)
     store = read_store(db)
     decision = reports.decide_pair(store, a, b, _margins(margins))
+    selection = runs_used(store, [a, b])
+    as_dict = reports.pair_dict(decision)
     if as_json:
-        click.echo(json.dumps(reports.pair_dict(decision), indent=2))
+        click.echo(json.dumps({**as_dict, "runs": selection}, indent=2))
     else:
         click.echo(reports.render_decisions([decision]))
+        click.echo("\n" + render_runs_used(selection))
+    gate_decision(as_dict, fail_on)
 
 
 COMMANDS = [compare_command, report_command, speed_command, decide_command]

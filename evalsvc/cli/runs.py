@@ -11,9 +11,11 @@ from click.core import ParameterSource
 
 from db import queries
 from db.engine import Store, open_store, store_location
+from evalsvc.cli import fail
 from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
 from evalsvc.token_counts import token_warning
 from harness.client import API_KEY_ENV
+from harness.errors import EXIT_FAILED
 from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
@@ -123,6 +125,8 @@ def task_list(task: str) -> list[str]:
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=FiniteNumber(),
               help="Seconds each attempt at a request may take in all, reading the reply included.")
 @API_KEY_OPTION
+@click.option("--new-url", is_flag=True, help="The endpoint moved: store --url for its name (else another URL "
+              "for a stored name is refused).")
 @click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")
 @click.option("--resume/--no-resume", default=True, show_default=True, help="Continue a stored run with the same identity.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
@@ -139,7 +143,7 @@ def run_command(**opts: Any) -> None:
             endpoint=opts["endpoint"], base_url=opts["url"], model=opts["model"], task=task,
             template=opts["template"] if opts["task"] != "all" else None, data=opts["data"] if task == "gsm8k" else None,
             limit=opts["limit"], settings=settings, concurrency=opts["concurrency"], api_key=opts["api_key"],
-            new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"],
+            new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"], new_url=opts["new_url"],
             isolation=opts["isolation"],
         )
         outcomes.append(run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])))
@@ -152,8 +156,9 @@ def run_command(**opts: Any) -> None:
             if warning:
                 click.echo(warning.describe())
         click.echo(f"stored in {store.display_url}")
-    if any(o.summary.status == "failed" for o in outcomes):
-        raise SystemExit(1)
+    failed = [o for o in outcomes if o.summary.status == "failed"]
+    if failed:
+        fail("; ".join(f"run {o.run_id} {o.summary.task} failed: {o.error}" for o in failed), EXIT_FAILED)
 
 
 def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
@@ -217,12 +222,21 @@ def render_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 @click.command("show")
 @click.argument("run_ref")
-@click.option("--task", type=click.Choice(list(TASK_NAMES)), help="With an endpoint name: which task's latest run.")
+@click.option("--task", type=click.Choice(list(TASK_NAMES)), help="With an endpoint name: which task's run.")
 @DB_OPTION
 @JSON_OPTION
 def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) -> None:
-    """Summarise one run (by id, or an endpoint's latest complete run)."""
+    """Summarise one run: by id, or the run an endpoint name stands for in compare and report.
+
+    \b
+    Example:
+      evalsvc show 12
+      evalsvc show step3 --task humaneval
+    """
     store = read_store(db)
+    aside: list[dict[str, Any]] = []
+    if not run_ref.isdigit():
+        run_ref, aside = named_run(store, run_ref, task)
     with store.session() as session:
         run = queries.resolve_run(session, run_ref, task)
         summary = queries.summarize_runs(session, [run.id])[0]
@@ -237,6 +251,7 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
             "dataset_hash": run.dataset_hash,
             "error": run.error,
             "unknown_token_reasons": queries.unknown_token_reasons(session, run.id),
+            "other_runs": aside,
         }
     warning = token_warning(summary)
     info["token_warning"] = warning.to_dict() if warning else None
@@ -258,6 +273,33 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
                    f"task-time figures: {reasons}")
     if info["error"]:
         click.echo(f"error: {info['error']}")
+    for other in aside:
+        click.echo(f"also stored: run {other['run_id']} ({other['n_items']} items, {other['status']}); "
+                   f"`evalsvc show {other['run_id']}`")
+
+
+def named_run(store: Store, name: str, task: str | None) -> tuple[str, list[dict[str, Any]]]:
+    """The run an endpoint name stands for in `show`, and its other runs of that task.
+
+    Of the endpoint's complete runs of the task, the one with the most items, the latest among equals: a small
+    later run (a smoke test) never hides the full one; it is listed below it instead. Without a complete run,
+    the latest run, whatever its state (so a failed run says why).
+    """
+    from evalsvc.decision.build import load_records
+
+    with store.session() as session:
+        records = [r for r in load_records(session, [name]) if r.task == (task or r.task)]
+    complete = [r for r in records if r.status == "complete"] or records
+    tasks = sorted({r.task for r in complete})
+    if len(tasks) > 1:
+        raise click.UsageError(f"{name} has runs of {' and '.join(tasks)}; give --task or a run id")
+    if not tasks:
+        raise queries.NotFound(f"endpoint {name!r} has no {task or ''} run yet; `evalsvc runs` lists the runs")
+    runs = [r for r in records if r.task == tasks[0]]
+    best = max((r for r in complete), key=lambda r: (r.status == "complete", r.n_items, r.order))
+    others = sorted((r for r in runs if r is not best), key=lambda r: r.order, reverse=True)
+    return str(best.info.run_id), [{"run_id": r.info.run_id, "n_items": r.n_items, "status": r.status}
+                                   for r in others]
 
 
 COMMANDS = [run_command, runs_command, show_command]

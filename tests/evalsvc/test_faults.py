@@ -112,6 +112,6 @@ def test_too_many_failing_items_mark_the_run_failed_not_low_scoring(db_path: str
     assert (out["status"], out["errors"], out["correct"], out["accuracy"]) == ("failed", 5, 10, 1.0)
     with sqlite3.connect(db_path) as conn:
         status, error = conn.execute("select status, error from runs").fetchone()
-    assert status == "failed" and error == "5 of 15 items failed (more than 10%)"
+    assert status == "failed" and error.startswith("5 of 15 items failed (more than 10%); most common error (5 of them)")
     assert "status failed" in shown and "error: 5 of 15 items failed" in shown
     assert max(plan.attempts.values()) == MAX_ATTEMPTS

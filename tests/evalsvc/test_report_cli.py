@@ -102,7 +102,7 @@ def test_report_over_a_ladder_holm_adjusts(ladder_db: str) -> None:
 def test_repeat_runs_give_a_noise_floor(db_path: str) -> None:
     store_run(db_path, "a", lambda q: len(q) % 4 == 0, lambda q: 10)
     # The repeat flips 6 of 120 items; b differs from a on 4 (within noise), c on 20 (beyond it).
-    store_run(db_path, "a", lambda q: len(q) % 4 == 0 or len(q) % 9 == 0, lambda q: 10, "--repeat")
+    store_run(db_path, "a", lambda q: len(q) % 4 == 0 or len(q) % 9 == 0, lambda q: 10, "--repeat", "--new-url")
     store_run(db_path, "b", lambda q: len(q) % 4 == 0 or len(q) % 17 == 0, lambda q: 10)
     store_run(db_path, "c", lambda q: len(q) % 4 == 0 or len(q) % 7 == 0, lambda q: 10)
     near = json.loads(run_cli("compare", "a", "b", "--db", db_path, "--json").stdout)["comparisons"][0]

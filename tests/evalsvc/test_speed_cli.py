@@ -15,7 +15,7 @@ from tests.streaming_server import StreamScript, serve_stream
 def measure(db: str, name: str, workload: str, interval_s: float) -> dict:
     script = StreamScript(ttft_s=0.05, interval_s=interval_s, n_tokens=40)
     with serve_stream(script) as server:
-        result = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
+        result = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--new-url", "--model", "fake-model",
                          "--workload", workload, "--n", "3", "--data", GSM8K_TEST, "--db", db, "--json")
         assert result.exit_code == 0, result.output
         assert len(server.requests) == 4  # one warm-up, three measured, one at a time
@@ -48,7 +48,7 @@ def test_chat_answers_cut_by_the_cap_are_reported_and_refuse_the_chat_decision(d
     store_run(db_path, "step4", lambda q: len(q) % 4 == 0, lambda q: 40)
     for name in ("step3", "step4"):
         with serve_stream(StreamScript(ttft_s=0.02, interval_s=0.002, n_tokens=40)) as server:
-            text = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
+            text = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--new-url", "--model", "fake-model",
                            "--workload", "chat", "--n", "2", "--max-tokens", "25", "--db", db_path).stdout
         assert "2 answers cut at the cap of 25 tokens" in text
     out = json.loads(run_cli("decide", "step3", "step4", "--db", db_path, "--json").stdout)
@@ -60,9 +60,12 @@ def test_chat_answers_cut_by_the_cap_are_reported_and_refuse_the_chat_decision(d
 def test_speed_text_output_and_bad_input(db_path: str) -> None:
     store_run(db_path, "step3", lambda q: False, lambda q: 40)
     with serve_stream(StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=30)) as server:
-        text = run_cli("speed", "--endpoint", "step3", "--url", server.base_url, "--model", "fake-model",
-                       "--workload", "chat", "--n", "2", "--db", db_path).output
+        measured = run_cli("speed", "--endpoint", "step3", "--url", server.base_url, "--new-url", "--model",
+                           "fake-model", "--workload", "chat", "--n", "2", "--db", db_path)
+    text = measured.stdout
     assert text.startswith("step3 chat: 2/2 requests measured (batch 1, streaming)")
+    # progress is a bar on stderr, not a log line per request
+    assert "WARNING" not in measured.stderr and "2/2 [" in measured.stderr
     assert "tok/s median" in text
     missing = run_cli("speed", "--endpoint", "step3", "--workload", "math", "--tokens-per-second", "250",
                       "--db", db_path)
