@@ -10,6 +10,7 @@ import click
 from db import queries
 from evalsvc.cli import fail
 from evalsvc.cli.selection import render_runs_used, runs_used
+from evalsvc.cli.text import fit, output_width
 from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
 from harness.errors import EXIT_FAILED
 from harness.speed import PROBE_MAX_TOKENS
@@ -50,6 +51,8 @@ MARGIN_OPTION = click.option(
          "--margin 2 --margin humaneval=5. Repeatable.")
 FORCE_OPTION = click.option("--force", is_flag=True, help="Pair runs even if prompt template or decoding differ.")
 MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a write-up.")
+WIDE_OPTION = click.option("--wide", is_flag=True, help="Whole lines and tables, whatever the terminal's width "
+                           "(text fits $COLUMNS or the terminal otherwise; a pipe gets whole lines).")
 
 
 @click.command("compare", epilog=RULE_HELP)
@@ -62,10 +65,12 @@ MARKDOWN_OPTION = click.option("--markdown", is_flag=True, help="Markdown for a 
 @MARGIN_OPTION
 @FORCE_OPTION
 @MARKDOWN_OPTION
+@WIDE_OPTION
 @DB_OPTION
 @JSON_OPTION
 def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_on: str | None,
-                    margins: tuple[str, ...], force: bool, markdown: bool, db: str | None, as_json: bool) -> None:
+                    margins: tuple[str, ...], force: bool, markdown: bool, wide: bool, db: str | None,
+                    as_json: bool) -> None:
     """Paired accuracy of B against A (endpoint names or run ids), with the verdict.
 
     Example: evalsvc compare bf16 awq-int4 --margin humaneval=5
@@ -86,12 +91,11 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_
         click.echo(json.dumps(payload, indent=2, default=str))
     else:
         render = render_comparisons_markdown if markdown else render_comparisons_text
-        click.echo(render(comparisons))
-        click.echo("\n" + render_runs_used(selection, markdown))
+        parts = [render(comparisons), render_runs_used(selection, markdown)]
         if disagreements:
-            for c in comparisons:
-                click.echo(f"\n{c.task}: items where exactly one side was right")
-                click.echo(render_disagreements(reports.disagreements(store, c)))
+            parts += [f"{c.task}: items where exactly one side was right\n"
+                      + render_disagreements(reports.disagreements(store, c)) for c in comparisons]
+        echo_text("\n\n".join(parts), wide or markdown)
     gate_verdicts(comparisons, fail_on)
 
 
@@ -102,10 +106,11 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_
 @MARGIN_OPTION
 @FORCE_OPTION
 @MARKDOWN_OPTION
+@WIDE_OPTION
 @DB_OPTION
 @JSON_OPTION
 def report_command(ladder_file: str | None, endpoints: str | None, baseline: str | None, margins: tuple[str, ...],
-                   force: bool, markdown: bool, db: str | None, as_json: bool) -> None:
+                   force: bool, markdown: bool, wide: bool, db: str | None, as_json: bool) -> None:
     """Every step against the previous one and the baseline, with decisions.
 
     Example: evalsvc report --endpoints bf16,awq-int4,awq-int4-spec --margin humaneval=5
@@ -132,10 +137,9 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
         click.echo(json.dumps({"token_warnings": [w.to_dict() for w in warnings], **report.to_dict(),
                                "runs": selection}, indent=2, default=str))
         return
-    for warning in warnings:
-        click.echo(warning.describe())
-    click.echo(report.render_markdown() if markdown else report.render_text())
-    click.echo("\n" + render_runs_used(selection, markdown))
+    parts = [w.describe() for w in warnings]
+    parts += [report.render_markdown() if markdown else report.render_text(), "\n" + render_runs_used(selection, markdown)]
+    echo_text("\n".join(parts), wide or markdown)
 
 
 @click.command("speed")
@@ -174,6 +178,11 @@ def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: st
         run = measure_speed(store, plan, progress=not as_json)
     summary = speed_summary(store, run.id)
     click.echo(json.dumps(summary, indent=2) if as_json else format_speed(summary))
+
+
+def echo_text(text: str, wide: bool) -> None:
+    """Text for people, fitted to the terminal unless --wide (or Markdown, which keeps its tables whole)."""
+    click.echo(fit(text, output_width(wide)))
 
 
 def render_disagreements(frame: Any) -> str:
@@ -270,9 +279,10 @@ def _accept_length_lines(s: dict[str, Any]) -> list[str]:
 @click.option("--fail-on", "fail_on", type=click.Choice(["stop", "stop-or-cant-tell"]),
               help="For CI: exit 1 when a workload's decision is stop at A (or, also, can't tell yet).")
 @MARGIN_OPTION
+@WIDE_OPTION
 @DB_OPTION
 @JSON_OPTION
-def decide_command(a: str, b: str, fail_on: str | None, margins: tuple[str, ...], db: str | None,
+def decide_command(a: str, b: str, fail_on: str | None, margins: tuple[str, ...], wide: bool, db: str | None,
                    as_json: bool) -> None:
     """Per workload: take step B, stop at A, or can't tell yet (and what would settle it).
 
@@ -288,8 +298,7 @@ def decide_command(a: str, b: str, fail_on: str | None, margins: tuple[str, ...]
     if as_json:
         click.echo(json.dumps({**as_dict, "runs": selection}, indent=2))
     else:
-        click.echo(reports.render_decisions([decision]))
-        click.echo("\n" + render_runs_used(selection))
+        echo_text(reports.render_decisions([decision]) + "\n\n" + render_runs_used(selection), wide)
     gate_decision(as_dict, fail_on)
 
 
