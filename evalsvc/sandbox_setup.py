@@ -24,12 +24,12 @@ def ensure_bubblewrap(isolation: str) -> None:
     on PATH, and this process is root on a machine with apt-get; say so."""
     if isolation != "bwrap" or shutil.which("bwrap") or os.geteuid() != 0 or shutil.which("apt-get") is None:
         return
-    log.info("evalsvc: bubblewrap (the HumanEval sandbox) is missing; installing it: %s", " ".join(INSTALL_COMMAND))
+    log.info("bubblewrap (the HumanEval sandbox) is missing; installing it: %s", " ".join(INSTALL_COMMAND))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (("apt-get", "update", "-qq"), INSTALL_COMMAND):
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
         if done.returncode != 0:
-            log.info("evalsvc: %s failed: %s", " ".join(command), done.stderr.strip()[-300:])
+            log.info("%s failed: %s", " ".join(command), done.stderr.strip()[-300:])
             return
     from harness.sandbox import forget_bwrap_probe
 

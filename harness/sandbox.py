@@ -75,7 +75,10 @@ Python's socket module.
 
 Limits in both modes: `RLIMIT_CPU` (spin loops), `RLIMIT_AS` (memory bombs;
 the private /tmp counts in `Limits.memory_mb`), `RLIMIT_FSIZE` (output
-floods), no core files, plus a wall-clock deadline. A wall timeout on a
+floods), `RLIMIT_NPROC` (fork bombs; the kernel does not apply it to the
+host's uid 0, which is the sandbox's uid when the harness runs bwrap as
+root: a fork bomb then lasts until the item's deadline kills the whole PID
+namespace), no core files, plus a wall-clock deadline. A wall timeout on a
 program that did use CPU (it was starved, not sleeping) is retried once with
 twice the deadline, so a loaded machine does not turn slow-but-correct
 programs into failures.
@@ -174,7 +177,7 @@ CLONE_NEWNET = 0x40000000
 # Process isolation as root: each worker's candidate gets a uid from this range, which no account uses.
 PROGRAM_UID_BASE = 0x60000000
 PROGRAM_UID_SPAN = 1 << 24
-NPROC_FALLBACK = 64
+NPROC_LIMIT = 64
 SIGKILL = int(signal.SIGKILL)
 SIGXCPU = int(signal.SIGXCPU)
 SIGNAL_NAMES = {int(sig): sig.name for sig in signal.Signals}
@@ -398,6 +401,9 @@ def _candidate_isolate(job: dict[str, Any], keep: tuple[int, ...], output_fd: in
         _candidate_drop_root(job["uid"])
         sys.addaudithook(_candidate_refuse_sockets)
         _candidate_relocate_stdlib(job["path_map"])
+    else:
+        # Counted per user namespace (Linux 5.14+): only the sandbox's own processes, so a fork bomb stops here.
+        resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
 
 
 def _candidate_drop_root(uid: int) -> None:
@@ -420,7 +426,7 @@ def _candidate_drop_root(uid: int) -> None:
     except OSError:
         os.setgid(NOBODY)
         os.setuid(NOBODY)
-    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_FALLBACK, NPROC_FALLBACK))
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
 
 
 def _candidate_relocate_stdlib(path_map: list[tuple[str, str]]) -> None:
@@ -822,7 +828,7 @@ _DRIVER_CONSTANTS = (
     "PR_SET_DUMPABLE",
     "NOBODY",
     "CLONE_NEWNET",
-    "NPROC_FALLBACK",
+    "NPROC_LIMIT",
     "SIGKILL",
     "SIGXCPU",
     "SIGNAL_NAMES",
@@ -1005,7 +1011,12 @@ def _bwrap_command(layout: Layout) -> list[str]:
 
 
 _PROCESS_ENV = {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
+_NOT_INSTALLED = "bubblewrap (bwrap) is not installed"
 _INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+_NAMESPACES_HINT = (
+    "it needs bubblewrap 0.8 or later and unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; "
+    "in a container, a seccomp profile that allows them)"
+)
 
 
 def require_isolation(isolation: Isolation) -> Isolation:
@@ -1018,8 +1029,9 @@ def require_isolation(isolation: Isolation) -> Isolation:
         raise SandboxError(f"unknown isolation {isolation!r}; choose bwrap or process")
     problem = _bwrap_problem()
     if problem:
+        hint = _INSTALL_HINT if problem == _NOT_INSTALLED else _NAMESPACES_HINT
         raise SandboxError(
-            f"cannot run HumanEval programs isolated: {problem}; {_INSTALL_HINT}, or pass --isolation process "
+            f"cannot run HumanEval programs isolated: {problem}; {hint}, or pass --isolation process "
             "(only for models you trust)"
         )
     return isolation
@@ -1039,7 +1051,7 @@ def forget_bwrap_probe() -> None:
 def _bwrap_problem() -> str:
     """Why bubblewrap cannot run the sandbox here, or "" when it can."""
     if shutil.which("bwrap") is None:
-        return "bubblewrap (bwrap) is not installed"
+        return _NOT_INSTALLED
     try:
         command = _bwrap_command(interpreter_layout())[:-1] + ["import hashlib"]
         probe = subprocess.run(command, capture_output=True, timeout=60, check=False)

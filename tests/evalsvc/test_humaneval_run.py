@@ -138,7 +138,8 @@ def test_without_bubblewrap_the_demo_stops_before_building_anything(tmp_path: Pa
     assert done.returncode == 2, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: cannot run HumanEval programs isolated: bubblewrap")
-    assert "apt-get install bubblewrap" in last and "--isolation process (only for models you trust)" in last
+    assert ("user namespaces" if shadow else "apt-get install bubblewrap") in last
+    assert last.endswith("or pass --isolation process (only for models you trust)")
     assert not (tmp_path / "home" / "engine-venv").exists()
     with sqlite3.connect(tmp_path / "s.db") as conn:
         tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}

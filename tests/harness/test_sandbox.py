@@ -328,7 +328,7 @@ def test_starved_timeouts_are_retried_and_sleepers_are_not() -> None:
 
 def test_no_silent_fallback_when_bwrap_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without bubblewrap, scoring refuses and says what to install; 'process' runs only when asked for."""
-    monkeypatch.setattr(sandbox, "_bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.setattr(sandbox, "_bwrap_problem", lambda: sandbox._NOT_INSTALLED)
     with pytest.raises(sandbox.SandboxError, match=r"apt-get install bubblewrap.*--isolation process"):
         run_program(program(CORRECT), FAST)
     with pytest.raises(sandbox.SandboxError, match="apt-get install bubblewrap"):

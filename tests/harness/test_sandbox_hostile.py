@@ -411,3 +411,33 @@ def _running(pid: int, started: int) -> bool:
     except OSError:
         return False
     return fields[19] == str(started) and fields[0] not in ("Z", "X")
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_fork_bomb_stops_at_the_process_limit(isolation: str) -> None:
+    """RLIMIT_NPROC stops it where the kernel counts the candidate's own processes: 'process' mode (a uid of its
+    own) and bwrap run by a non-root user. Under bwrap run by root the sandbox's uid is the host's uid 0, which the
+    kernel exempts; the bomb then ends with the item, when the worker kills its whole PID namespace."""
+    solution = """
+        import os, time
+        def inc(x):
+            children = 0
+            for _ in range(1000):
+                try:
+                    if os.fork() == 0:
+                        time.sleep(60)
+                        os._exit(0)
+                    children += 1
+                except OSError:
+                    break
+            print('children', children)
+            return x + 1 if children >= 1000 else -1
+        """
+    result = run_program(program(solution), LIMITS, isolation)
+    enforced = isolation == "process" or os.geteuid() != 0
+    assert result.passed is not enforced, result
+    children = int(re.findall(r"children (\d+)", result.output)[0])
+    assert children <= sandbox.NPROC_LIMIT if enforced else children == 1000
+    after = run_program(program("import os\ndef inc(x):\n    return x + 1 if os.fork() else os._exit(0)\n"),
+                        LIMITS, isolation)
+    assert after.passed, after  # the next item forks freely: nothing of the bomb is left
