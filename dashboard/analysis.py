@@ -117,6 +117,33 @@ def ship_step(steps: Sequence[str], decisions: Sequence[WorkloadDecision]) -> tu
 # --- disagreements -------------------------------------------------------------
 
 
+def outcome_label(correct: object, status: object, finish: object) -> str:
+    """An item's outcome in words: right, wrong, error; 'cut at the token limit' added when truncated."""
+    if status is not None and str(status) != "ok":
+        return "error"
+    label = "right" if bool(correct) else "wrong"
+    return label + (", cut at the token limit" if finish == "length" else "")
+
+
+def problem_items(items_a: pd.DataFrame, items_b: pd.DataFrame) -> pd.DataFrame:
+    """Items that failed (no answer, left out of the pairing) or were cut at the token limit in either run:
+    item, outcome A, outcome B."""
+    cols = ["item_id", "status", "correct", "finish_reason"]
+    both = items_a[cols].merge(items_b[cols], on="item_id", how="outer", suffixes=("_a", "_b"))
+    found = both[_failed_or_cut(both, "a") | _failed_or_cut(both, "b")].sort_values("item_id")
+    out = pd.DataFrame({"item_id": found["item_id"]})
+    for side in ("a", "b"):
+        out[f"outcome_{side}"] = [
+            "missing" if pd.isna(s) else outcome_label(c, s, f)
+            for c, s, f in zip(found[f"correct_{side}"], found[f"status_{side}"], found[f"finish_reason_{side}"])]
+    failed = (out["outcome_a"].isin(["error", "missing"]) | out["outcome_b"].isin(["error", "missing"]))
+    return pd.concat([out[failed], out[~failed]]).reset_index(drop=True)  # failed first: they are in no other list
+
+
+def _failed_or_cut(both: pd.DataFrame, side: str) -> pd.Series:
+    return (both[f"status_{side}"].fillna("missing") != "ok") | (both[f"finish_reason_{side}"] == "length")
+
+
 def token_ratio(paired: pd.DataFrame) -> pd.Series:
     """Per-item B/A output tokens; NaN where either side has no count or A wrote none."""
     a = pd.to_numeric(paired["completion_tokens_a"], errors="coerce")

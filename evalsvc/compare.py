@@ -171,7 +171,8 @@ def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
     if c.forced:
         sentences.append(f"Pairing was forced although the runs differ in {'; '.join(c.differences)}.")
     if c.dropped.total:
-        sentences.append(f"{c.dropped.total} items were left out ({stats.format_drops(c.dropped)}).")
+        were = "item was" if c.dropped.total == 1 else "items were"
+        sentences.append(f"{c.dropped.total} {were} left out ({stats.format_drops(c.dropped)}).")
     return head + " ".join(sentences)
 
 

@@ -225,6 +225,36 @@ def test_disagreement_detail_shows_model_text_as_text(monkeypatch: pytest.Monkey
     ]
 
 
+def test_errored_and_cut_items_are_listed_and_labelled(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="gsm8k", a="int4-spec", b="int4-spec-kernel")
+    assert any(c.value.startswith("1 item was left out of the comparison (1 error in B)") for c in at.caption), [
+        c.value for c in at.caption]
+    at.radio(key="filter").set_value("errors and cut answers").run()
+    rows = at.dataframe[0].value.set_index("item")
+    assert list(rows.index) == [f"gsm8k/test/{i:04d}" for i in [399, *range(380, 390)]]  # failed first
+    assert rows.loc["gsm8k/test/0399", "B"] == "error"
+    assert rows.loc["gsm8k/test/0385", "B"] == "wrong, cut at the token limit"
+    assert rows.loc["gsm8k/test/0385", "A"] == "wrong"  # int4 is right only below 318
+    assert at.query_params["show"] == "errors and cut answers"
+
+
+def test_a_link_to_a_failed_item_opens_it_with_its_error(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="gsm8k", a="int4-spec",
+                  b="int4-spec-kernel", item="gsm8k/test/0399")
+    assert "Item gsm8k/test/0399" in [h.value for h in at.subheader]
+    assert "HTTP 500 after 3 attempts" in [c.value for c in at.code]
+    assert any(t.value.startswith("outcome: error") for t in at.text)
+
+
+def test_a_link_to_a_missing_item_says_so(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="gsm8k", a="int4-spec",
+                  b="int4-spec-kernel", item="gsm8k/test/9999")
+    assert [w.value for w in at.warning] == [
+        "No item 'gsm8k/test/9999' in the gsm8k runs of int4-spec and int4-spec-kernel: the link names an item "
+        "these runs do not have, so none is opened."]
+    assert not [h.value for h in at.subheader if h.value.startswith("Item ")]
+
+
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [

@@ -289,6 +289,48 @@ def test_decide_step_3_against_step_4_for_math_code_and_chat(page: Page, seeded_
     shoot(page, artifacts, "13_swapped_pair")
 
 
+def click_grid_row(page: Page, row: int) -> None:
+    """Click the row marker of row `row` (0-based) of the first dataframe: the grid is a canvas."""
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    box = grid.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + 12, box["y"] + 35 + 35 * row + 17)
+
+
+def test_inspect_code_disagreements_row_click_errors_and_links(page: Page, seeded_app: str, artifacts: Path) -> None:
+    page.set_viewport_size({"width": 1280, "height": 2400})
+    page.goto(f"{seeded_app}/disagreements?task=humaneval&a=int4-spec&b=int4-spec-kernel")
+    open_page(page, "Disagreements")
+    expect(page.get_by_text("Item HumanEval/98")).to_be_visible()
+    click_grid_row(page, 1)
+    wait_rendered(page)
+    expect(page.get_by_text("Item HumanEval/99")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"item=HumanEval%2F99"))
+    # The programs side by side in monospace, each once.
+    codes = page.locator('[data-testid="stCode"]')
+    assert codes.filter(has_text="return x + 99").count() >= 1 and codes.filter(has_text="return x - 99").count() >= 1
+    assert page.locator('[data-testid="stText"]', has_text="return x").count() == 0
+    shoot(page, artifacts, "14_code_disagreement_row_clicked")
+    # Failed and cut items are listed and labelled.
+    page.goto(f"{seeded_app}/disagreements?task=gsm8k&a=int4-spec&b=int4-spec-kernel&show=errors+and+cut+answers")
+    open_page(page, "Disagreements")
+    expect(page.get_by_text("1 item was left out of the comparison (1 error in B)")).to_be_visible()
+    grid = grid_text(page)
+    assert "gsm8k/test/0399" in grid and "error" in grid and "wrong, cut at the token limit" in grid
+    expect(page.get_by_text("Item gsm8k/test/0399")).to_be_visible()  # failed items first
+    expect(page.get_by_text("HTTP 500 after 3 attempts")).to_be_visible()
+    shoot(page, artifacts, "15_failed_item")
+    click_grid_row(page, 3)
+    wait_rendered(page)
+    expect(page.get_by_text("Item gsm8k/test/0382")).to_be_visible()
+    expect(page.get_by_text("the answer was cut at the token limit after 2048 tokens")).to_be_visible()
+    # A link to an item the runs do not have opens none.
+    page.goto(f"{seeded_app}/disagreements?task=gsm8k&a=int4-spec&b=int4-spec-kernel&item=gsm8k%2Ftest%2F9999")
+    open_page(page, "Disagreements")
+    expect(page.get_by_text("No item 'gsm8k/test/9999' in the gsm8k runs")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^Item gsm8k/test/\d+$"))).to_have_count(0)
+
+
 def test_chosen_steps_survive_a_reload(page: Page, seeded_app: str) -> None:
     page.goto(f"{seeded_app}/?steps=bf16,int4-spec-kernel")
     open_page(page, "Ladder")
