@@ -404,16 +404,23 @@ def test_evaluate_page_shows_a_run_whose_runner_died_as_stalled(
     store = open_store(db)
     samples = [seed.gsm8k_sample(i) for i in range(3)]
     run_id = seed.add_run(store, "killed-step", "gsm8k", samples, [seed.math_outcome(i, True, 50) for i in range(3)])
+    code = [seed.humaneval_sample(i) for i in range(3)]
+    code_id = seed.add_run(store, "killed-step", "humaneval", code, [seed.code_outcome(i, True, 50) for i in range(3)])
     with store.session() as session:  # as a runner killed with kill -9 leaves it: running, its beat long gone
-        run = session.get(Run, run_id)
-        run.status, run.finished_at = "running", None
-        run.heartbeat_at = datetime.now(timezone.utc) - timedelta(seconds=queries.STALLED_AFTER_S + 5)
+        for stalled in (run_id, code_id):
+            run = session.get(Run, stalled)
+            run.status, run.finished_at = "running", None
+            run.heartbeat_at = datetime.now(timezone.utc) - timedelta(seconds=queries.STALLED_AFTER_S + 5)
+        session.get(Run, code_id).isolation = "process"
         session.commit()
     store.dispose()
     at = open_app(monkeypatch, db, "views/evaluate.py")
     assert "Stalled runs" in [h.value for h in at.subheader]
     assert "Runs being written" not in [h.value for h in at.subheader]
-    assert list(table_frame(at, 0)["endpoint"]) == ["killed-step"]
+    listed = table_frame(at, 0)
+    assert list(listed["endpoint"]) == ["killed-step", "killed-step"]
+    # the sandbox each run's code ran in; a GSM8K run runs none
+    assert dict(zip(listed["task"], listed["isolation"])) == {"gsm8k": "n/a", "humaneval": "process"}
 
 
 def test_evaluate_form_refuses_a_bad_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
