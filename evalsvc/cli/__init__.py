@@ -27,7 +27,7 @@ from harness.redact import install_redaction, mask_text
 _ERROR_SOURCES: dict[str, tuple[str, ...]] = {}
 # Command modules: each defines click commands registered on the group below.
 _COMMAND_MODULES = ("evalsvc.cli.runs", "evalsvc.cli.reports", "evalsvc.cli.ladder", "evalsvc.cli.dashboard",
-                    "evalsvc.cli.doctor")
+                    "evalsvc.cli.doctor", "evalsvc.cli.export")
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

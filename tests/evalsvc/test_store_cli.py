@@ -14,7 +14,7 @@ from tests.fake_openai import FakeOpenAI
 
 READERS = [
     ["runs"], ["show", "step3"], ["compare", "a", "b"], ["report", "--endpoints", "a,b"], ["decide", "a", "b"],
-    ["dashboard"],
+    ["dashboard"], ["export", "1"],
 ]
 
 
