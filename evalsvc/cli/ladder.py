@@ -54,7 +54,10 @@ def times_here() -> StepTimes:
 
 @click.group("ladder")
 def ladder_group() -> None:
-    """Evaluate every step of a ladder file."""
+    """Evaluate every step of a ladder file.
+
+    Example: evalsvc ladder run evalsvc/ladders/sglang-gpu.yaml --task all
+    """
 
 
 @ladder_group.command("run")
@@ -74,7 +77,10 @@ def ladder_group() -> None:
 def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str | None, max_tokens: int,
                        concurrency: int, speed_n: int, no_progress: bool, api_key: str | None, isolation: str,
                        db: str | None, as_json: bool) -> None:
-    """Launch (when the file says how), evaluate and stop each step in turn."""
+    """Launch (when the file says how), evaluate and stop each step in turn.
+
+    Example: evalsvc ladder run my-ladder.yaml --task gsm8k --limit 100 --speed 20
+    """
     store = write_store(db)
     check_tasks(task_list(task), isolation)
     ladder = prepare_ladder(load_ladder(ladder_file))
@@ -126,7 +132,10 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
 @JSON_OPTION
 def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str, db: str | None,
                  as_json: bool) -> None:
-    """Build and serve the embedded CPU ladder, evaluate it and print the comparison."""
+    """Build and serve the embedded CPU ladder, evaluate it and print the comparison.
+
+    Example: evalsvc demo --db /tmp/demo.db
+    """
     raw = load_ladder(embedded_ladder_path())
     times = times_here()
     max_tokens = DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS

@@ -164,7 +164,13 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: str | None, model: str | None,
                   new_url: bool, data: str | None, chat_data: str | None, tps: float | None, ttft: float | None, source: str | None,
                   api_key: str | None, db: str | None, as_json: bool) -> None:
-    """Batch-1 streaming speed of an endpoint on one workload (or a figure entered by hand)."""
+    """Batch-1 streaming speed of an endpoint on one workload (or a figure entered by hand).
+
+    \b
+    Example:
+      evalsvc speed --endpoint step4 --workload code --n 20
+      evalsvc speed --endpoint step4 --workload math --tokens-per-second 252 --source "vendor table"
+    """
     from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand
     from evalsvc.reports import speed_summary
 

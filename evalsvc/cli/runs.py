@@ -134,7 +134,10 @@ def task_list(task: str) -> list[str]:
 @DB_OPTION
 @JSON_OPTION
 def run_command(**opts: Any) -> None:
-    """Evaluate one endpoint and store every item."""
+    """Evaluate one endpoint and store every item; the same command again resumes.
+
+    Example: evalsvc run --endpoint step3 --url http://127.0.0.1:30000/v1 --model Qwen/Qwen3-27B --task gsm8k
+    """
     store = write_store(opts["db"])
     settings = DecodingSettings(max_tokens=opts["max_tokens"], seed=opts["seed"])
     outcomes = []
@@ -186,7 +189,10 @@ def summary_line(s: queries.RunSummary) -> str:
 @DB_OPTION
 @JSON_OPTION
 def runs_command(db: str | None, as_json: bool) -> None:
-    """List stored runs."""
+    """List stored runs.
+
+    Example: evalsvc runs --db team.db --json
+    """
     store = read_store(db)
     with store.session() as session:
         summaries = queries.summarize_runs(session)

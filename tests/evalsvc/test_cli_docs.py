@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import shlex
+
+import click
 
 from harness.errors import EXIT_CODES
 from tests.conftest import ROOT, run_cli
@@ -22,3 +25,51 @@ def test_version() -> None:
 
     result = run_cli("--version")
     assert result.exit_code == 0 and result.stdout == f"evalsvc {version('evalsvc')}\n"
+
+
+def all_commands() -> dict[str, click.Command]:
+    """Every command by its path under `evalsvc` ("run", "ladder run", ...)."""
+    from evalsvc.cli import main
+
+    found: dict[str, click.Command] = {}
+
+    def walk(group: click.Group, path: str) -> None:
+        for name, command in group.commands.items():
+            found[f"{path}{name}"] = command
+            if isinstance(command, click.Group):
+                walk(command, f"{path}{name} ")
+
+    walk(main, "")
+    return found
+
+
+def test_every_command_has_an_example_in_its_help() -> None:
+    for path, command in all_commands().items():
+        shown = run_cli(*path.split(), "--help").stdout
+        assert re.search(rf"Example:[\s\S]{{0,120}}?evalsvc {re.escape(path)}\b", shown), f"`evalsvc {path} --help` has no example"
+
+
+def readme_invocations() -> list[list[str]]:
+    """The `evalsvc ...` command lines of the README's shell blocks, comments and redirections dropped."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+        for line in block.splitlines():
+            found = re.search(r"(?:^|&& |\.venv/bin/)(evalsvc [^#>]*)", line)
+            if found:
+                lines.append(shlex.split(found.group(1)))
+    return lines
+
+
+def test_every_command_and_option_in_the_readme_exists() -> None:
+    commands = all_commands()
+    invocations = readme_invocations()
+    assert len(invocations) >= 15  # the parser reads the README's examples
+    for words in invocations:
+        path = " ".join(w for w in words[1:3] if not w.startswith("-"))
+        name = path if path in commands else words[1]
+        assert name in commands, f"README runs `evalsvc {name}`, which does not exist"
+        known = {opt for param in commands[name].params for opt in (*param.opts, *param.secondary_opts)}
+        for word in words:
+            if word.startswith("--"):
+                assert word.split("=")[0] in known, f"README gives `evalsvc {name} {word}`, which it does not take"
