@@ -11,10 +11,13 @@ from db import queries
 from evalsvc.cli import fail
 from evalsvc.cli.selection import render_runs_used, runs_used
 from evalsvc.cli.text import fit, output_width
+from evalsvc.speed_run import WORKLOAD_TASK
 from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
 from harness.errors import EXIT_FAILED
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
+
+TASK_WORKLOAD = {task: workload for workload, task in WORKLOAD_TASK.items()}  # speed accepts task names too
 
 
 RULE_HELP = (
@@ -144,8 +147,11 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 
 @click.command("speed")
 @click.option("--endpoint", required=True, help="Stored endpoint name (or a new one with --url and --model).")
-@click.option("--workload", default="chat", show_default=True, type=click.Choice(["math", "code", "chat"]))
-@click.option("--n", "n", default=20, show_default=True, type=click.IntRange(min=2), help="Prompts to time.")
+@click.option("--workload", default="chat", show_default=True, callback=lambda ctx, param, value: TASK_WORKLOAD.get(value, value),
+              type=click.Choice(["math", "code", "chat", *TASK_WORKLOAD]),
+              help="What to time: math, code or chat prompts (the task names gsm8k and humaneval mean math and code).")
+@click.option("--limit", "--n", "n", default=20, show_default=True, type=click.IntRange(min=2),
+              help="Prompts to time (--n is the older name).")
 @click.option("--max-tokens", default=PROBE_MAX_TOKENS, show_default=True, type=click.IntRange(min=2),
               help="Cap per request; keep it at least the accuracy runs' cap, or chat lengths are cut.")
 @click.option("--url", callback=secret_url, help="Base URL, when the endpoint is not stored yet.")
@@ -168,7 +174,7 @@ def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: st
 
     \b
     Example:
-      evalsvc speed --endpoint step4 --workload code --n 20
+      evalsvc speed --endpoint step4 --workload code --limit 20
       evalsvc speed --endpoint step4 --workload math --tokens-per-second 252 --source "vendor table"
     """
     from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand

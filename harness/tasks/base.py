@@ -48,11 +48,12 @@ class Task(Protocol):
 
 
 def pick_template(task: Task, name: str | None) -> PromptTemplate:
-    """The template called `name`, or the task's default."""
+    """The template called `name` (with or without its version, as in `fewshot-completion@v1`), or the default."""
     key = name or task.default_template
-    try:
-        return task.templates[key]
-    except KeyError:
+    by_key = {template.key: template for template in task.templates.values()}
+    found = task.templates.get(key) or by_key.get(key)
+    if found is None:
         raise TaskError(
-            f"task {task.name!r} has no prompt template {key!r}; choose one of: {', '.join(sorted(task.templates))}"
-        ) from None
+            f"task {task.name!r} has no prompt template {key!r}; choose one of: {', '.join(sorted(by_key))}"
+        )
+    return found

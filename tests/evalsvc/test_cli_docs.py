@@ -73,3 +73,21 @@ def test_every_command_and_option_in_the_readme_exists() -> None:
         for word in words:
             if word.startswith("--"):
                 assert word.split("=")[0] in known, f"README gives `evalsvc {name} {word}`, which it does not take"
+
+
+def test_one_vocabulary_template_keys_task_names_and_limit(db_path: str) -> None:
+    import json
+
+    from tests.conftest import GSM8K_TEST
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        ran = run_cli("run", "--endpoint", "step3", "--url", server.base_url, "--model", "fake-model", "--data",
+                      GSM8K_TEST, "--limit", "2", "--template", "fewshot-completion@v1", "--json", "--db", db_path)
+    assert ran.exit_code == 0, ran.output
+    assert json.loads(ran.stdout)["runs"][0]["template"] == "fewshot-completion@v1"  # as the README names it
+    entered = run_cli("speed", "--endpoint", "step3", "--workload", "gsm8k", "--tokens-per-second", "200",
+                      "--source", "vendor", "--json", "--db", db_path)
+    assert entered.exit_code == 0 and json.loads(entered.stdout)["workload"] == "math"
+    speed_help = run_cli("speed", "--help").stdout
+    assert "--limit, --n" in speed_help
