@@ -79,7 +79,7 @@ def run_summary(session: Session, run: Run) -> dict[str, Any]:
         "config_hash": run.config_hash,
         "dataset_hash": run.dataset_hash,
         "error": mask_text(run.error) if run.error else None,
-        "endpoint": {"name": endpoint.name, "base_url": strip_credentials(endpoint.base_url), "model": endpoint.model,
+        "endpoint_detail": {"name": endpoint.name, "base_url": strip_credentials(endpoint.base_url), "model": endpoint.model,
                      "fingerprint": scrub(endpoint.fingerprint or {}), "metadata": scrub(endpoint.metadata_ or {})},
     }
 

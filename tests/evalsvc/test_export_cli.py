@@ -47,7 +47,7 @@ def test_export_items_and_summary(db_path: str, tmp_path: Path, monkeypatch) -> 
                                       ("items.jsonl", "items.csv", "summary.json")]
     summary = json.loads((out / "run-1-summary.json").read_text())
     assert summary["evalsvc_version"] == version("evalsvc")
-    assert summary["endpoint"]["fingerprint"]["models"] == ["fake-model"]
+    assert summary["endpoint_detail"]["fingerprint"]["models"] == ["fake-model"]
     assert (summary["run_id"], summary["n"], summary["correct"]) == (1, 12, sum(bool(r[2]) for r in rows))
     assert (out / "run-1-items.jsonl").read_text() == jsonl.stdout
     for path in out.iterdir():
