@@ -9,8 +9,10 @@ from dashboard import data, widgets
 from evalsvc import compare, stats
 from evalsvc.decision import build, rule
 
-REPORT_COLUMNS = ("task", "step A", "step B", "vs", "n", "both", "A only", "B only", "neither", "acc A", "acc B",
-                  "B-A", "95% CI", "p exact", "p Holm", "MDE", "verdict")
+# The verdict first: at 1,280 px a person sees what was decided before the figures behind it.
+REPORT_COLUMNS = ("verdict", "task", "step A", "step B", "B-A", "95% CI", "p exact", "p Holm", "MDE", "acc A",
+                  "acc B", "n", "vs")
+COUNT_COLUMNS = ("task", "step A", "step B", "n", "both", "A only", "B only", "neither")
 
 
 def report_table(report: compare.LadderReport) -> pd.DataFrame:
@@ -25,7 +27,7 @@ def report_table(report: compare.LadderReport) -> pd.DataFrame:
                                      "p exact", "MDE", "verdict")},
             "p Holm": compare.format_p(entry.p_holm),
         })
-    return pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
+    return pd.DataFrame(rows, columns=list(dict.fromkeys(REPORT_COLUMNS + COUNT_COLUMNS)))
 
 
 def table_2x2(pair: widgets.Pair, table: stats.Table2x2) -> pd.DataFrame:
@@ -93,9 +95,14 @@ def main() -> None:
     report = found.accuracy
     render_pair(url, runs, steps, report)
     st.subheader("Every comparison")
-    st.dataframe(report_table(report), hide_index=True)
+    table = report_table(report)
+    st.dataframe(table[list(REPORT_COLUMNS)], hide_index=True,
+                 column_config={"verdict": st.column_config.TextColumn(pinned=True, width="medium")})
+    with st.expander("The 2x2 counts of every comparison"):
+        st.dataframe(table[list(COUNT_COLUMNS)], hide_index=True)
     st.caption(f"Baseline: {report.baseline}. {rule.RULE_TEXT} p Holm adjusts all {len(report.entries)} exact "
-               "McNemar p-values together. B-A, CI and MDE in accuracy points; MDE at 80% power.")
+               "McNemar p-values together. B-A, CI and MDE in accuracy points; MDE at 80% power. The margin m "
+               "is how many points worse B may be and still count as no worse; set it per task in the sidebar.")
     if found.picked.aside:
         st.caption("Runs set aside: " + "; ".join(f"{a.step} {a.task} run {a.run_id} ({a.reason.value})"
                                                    for a in found.picked.aside))

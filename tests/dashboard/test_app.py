@@ -133,6 +133,48 @@ def test_margin_per_task_changes_the_verdict_and_stays_in_the_url(monkeypatch: p
     assert r"#### code: take int4\-spec\-kernel" in [m.value for m in again.markdown]
 
 
+def chart_specs(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("vega_lite_chart")]
+
+
+def encodings(spec: dict) -> list[tuple[str, dict]]:
+    """(mark, encoding) of every layer of every concatenated or faceted chart of a spec."""
+    found = []
+    for part in spec.get("hconcat", [spec]):
+        for layer in part.get("layer", [part]):
+            inner = layer.get("spec", layer)
+            mark = inner.get("mark", {})
+            found.append((mark if isinstance(mark, str) else mark.get("type"), inner.get("encoding", {})))
+    return found
+
+
+def test_charts_read_correctly(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    from dashboard import widgets
+
+    ladder = encodings(chart_specs(open_app(monkeypatch, seeded_db))[0])
+    accuracy = [(mark, enc) for mark, enc in ladder if enc.get("y", {}).get("field") == "accuracy"]
+    # Points with intervals, no line between steps (they may score different items); the axis starts at 0.
+    assert [mark for mark, _ in accuracy] == ["point"]
+    assert accuracy[0][1]["y"]["scale"]["domain"] == [0, 1]
+    assert accuracy[0][1]["color"]["scale"] == {"domain": ["gsm8k", "humaneval"],
+                                                "range": [widgets.WORKLOAD_COLORS["math"], widgets.WORKLOAD_COLORS["code"]]}
+    speed = next(enc for mark, enc in ladder if enc.get("y", {}).get("field") == "tok/s")
+    assert speed["color"]["scale"]["range"][:3] == list(widgets.WORKLOAD_COLORS.values())
+    length = encodings(chart_specs(open_app(monkeypatch, seeded_db, "views/length_time.py", task="humaneval",
+                                            a="int4", b="int4-spec-kernel"))[0])
+    histogram = next(enc for mark, enc in length if mark == "bar")
+    # Each step keeps the colour of its place in the ladder: int4 is the 2nd step, the kernel the 4th.
+    scale = histogram["color"]["scale"]
+    assert scale["range"][scale["domain"].index("int4")] == widgets.STEP_PALETTE[1]
+    assert scale["range"][scale["domain"].index("int4-spec-kernel")] == widgets.STEP_PALETTE[3]
+    assert histogram["y"]["title"] == "items"
+    scatter = next(enc for mark, enc in length if mark == "circle")
+    sizes = dict(zip(scatter["size"]["scale"]["domain"], scatter["size"]["scale"]["range"]))
+    assert sizes["A only right"] > sizes["both right"] and sizes["B only right"] > sizes["both wrong"]
+    colours = dict(zip(scatter["color"]["scale"]["domain"], scatter["color"]["scale"]["range"]))
+    assert colours["both right"] not in ("#d62728", "red")
+
+
 def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db)
     gsm8k = grid_frame(at, 3)
@@ -292,6 +334,11 @@ def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.Monkey
     previous = report[report["vs"] == "previous"]
     same = "no change beyond the margin (2.0 pts)"
     assert list(previous["verdict"]) == [same, same, "worse", same, same, "inconclusive"]
+    assert list(report.columns[:4]) == ["verdict", "task", "step A", "step B"]  # seen first at 1,280 px
+    counts = at.dataframe[1].value
+    kernel = counts[(counts["step A"] == "int4-spec") & (counts["step B"] == "int4-spec-kernel")
+                    & (counts["task"] == "gsm8k")].iloc[0]
+    assert [kernel["both"], kernel["A only"], kernel["B only"], kernel["neither"]] == ["300", "20", "0", "79"]
 
 
 def test_significance_noise_floor_from_the_repeat_run(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
