@@ -89,8 +89,21 @@ def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str
     tasks = tuple(task_list(task))
     plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
                       speed_workloads=workloads_for(tasks) if speed_n else (), speed_n=max(speed_n, 2))
+    check_limits(plan)
     outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json), times=times_here())
     print_outcomes(store, ladder, outcomes, as_json)
+
+
+def check_limits(plan: LadderPlan) -> None:
+    """Refuse a --limit beyond a task's data before any step starts (not at that task, halfway up the ladder)."""
+    from dataclasses import replace
+
+    from evalsvc.runner import check_sample_count
+    from harness.tasks import get_task
+
+    for task in plan.tasks:
+        spec = replace(plan.base, task=task, limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None)
+        check_sample_count(spec, get_task(task).load_samples(spec.data, spec.limit))
 
 
 def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:

@@ -61,7 +61,8 @@ WIDE_OPTION = click.option("--wide", is_flag=True, help="Whole lines and tables,
 @click.command("compare", epilog=RULE_HELP)
 @click.argument("a")
 @click.argument("b")
-@click.option("--task", type=click.Choice(list(TASK_NAMES)), help="Only this task (default: every task both ran).")
+@click.option("--task", type=click.Choice([*TASK_NAMES, "all"]),
+              help="Only this task (default, or all: every task both ran).")
 @click.option("--disagreements", is_flag=True, help="Also list the items where exactly one side was right.")
 @click.option("--fail-on", "fail_on", type=click.Choice(["worse", "worse-or-inconclusive"]),
               help="For CI: exit 1 when a task's verdict is worse (or, also, inconclusive).")
@@ -84,7 +85,7 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_
 
     check_two_sides(a, b)
     store = read_store(db)
-    tasks = [task] if task else list(TASK_NAMES)
+    tasks = [task] if task and task != "all" else list(TASK_NAMES)
     comparisons = build.compare_refs(store, a, b, tasks, _margins(margins), force)
     selection = runs_used(store, [a, b], tasks, force)
     if as_json:

@@ -128,7 +128,9 @@ def task_list(task: str) -> list[str]:
 @click.option("--new-url", is_flag=True, help="The endpoint moved: store --url for its name (else another URL "
               "for a stored name is refused).")
 @click.option("--repeat", is_flag=True, help="Start a fresh repeat run even if this config was run before (noise floor).")
-@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue a stored run with the same identity.")
+@click.option("--resume/--no-resume", default=True, hidden=True,
+              help="--no-resume is the older spelling of --repeat: a stored run of the same identity is always "
+                   "continued unless --repeat asks for a fresh one.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @ISOLATION_OPTION
 @DB_OPTION

@@ -94,6 +94,8 @@ CASES = [
     ("run-empty-data", [*RUN, "--url", "{url}", "--data", "{empty}"], EXIT_USAGE, "no items"),
     ("run-limit-beyond-data", [*RUN, "--url", "{url}", "--data", GSM8K_TEST, "--limit", "100000"], EXIT_USAGE,
      "--limit 100000"),
+    ("ladder-limit-beyond-data", ["ladder", "run", "{ladder}", "--task", "all", "--limit", "200", "--no-progress"],
+     EXIT_USAGE, "--limit 200 is more than the 164 items the humaneval data holds"),
     ("run-unreachable", [*RUN, "--url", "http://127.0.0.1:9/v1"], EXIT_UNREACHABLE, "is unreachable"),
     ("compare-same", ["compare", "step3", "step3"], EXIT_USAGE, "compare two different"),
     ("decide-same", ["decide", "step3", "step3"], EXIT_USAGE, "compare two different"),
