@@ -11,7 +11,9 @@ import click
 
 from db.engine import Store
 from evalsvc.cli import fail
-from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, task_list, write_store
+from evalsvc.cli.runs import (
+    API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, task_list, write_store,
+)
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
 from evalsvc.runner import RunSpec
@@ -65,7 +67,8 @@ def ladder_group() -> None:
 @click.option("--task", default="all", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
 @click.option("--limit", type=click.IntRange(min=1), help="First N items of each task.")
 @click.option("--data", type=click.Path(), help="GSM8K file or folder, or 'hub' (default: the copy shipped with evalsvc).")
-@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1),
+              help=MAX_TOKENS_HELP)
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--speed", "speed_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="Also time N prompts per workload (batch 1, streaming) on each step; 0 skips it.")

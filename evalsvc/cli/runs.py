@@ -58,6 +58,9 @@ API_KEY_OPTION = click.option(
          "to every local user.",
 )
 SHOWN_REASONS = 5  # why token counts are unknown: the most frequent reasons `show` lists
+# One output cap everywhere (run, ladder run, speed), and why it is large.
+MAX_TOKENS_HELP = ("Output cap per request. Keep it the same for every step: a short cap silently turns a more "
+                   "verbose step into a less accurate one, and cut answers are counted as truncated.")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 ISOLATION_OPTION = click.option(
     "--isolation", type=click.Choice(["bwrap", "process"]), default="bwrap", show_default=True,
@@ -119,7 +122,8 @@ def task_list(task: str) -> list[str]:
 @click.option("--data", type=click.Path(), help="GSM8K file or folder (JSONL, .jsonl.gz or parquet), or 'hub' for openai/gsm8k through `datasets` "
               "(default: $EVALSVC_GSM8K_DATA, else the copy shipped with evalsvc).")
 @click.option("--template", help="Prompt template name (default: the task's chat template).")
-@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1),
+              help=MAX_TOKENS_HELP)
 @click.option("--seed", default=DecodingSettings().seed, show_default=True, type=int)
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=FiniteNumber(),
