@@ -57,6 +57,8 @@ class Run(Base):
     heartbeat_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     # How the run's code was executed: "bwrap", "process" (asked for by name), None when scoring runs no code.
     isolation: Mapped[Optional[str]] = mapped_column(String(20))
+    # The evalsvc version that started the run (provenance; NULL for runs stored before it was recorded).
+    evalsvc_version: Mapped[Optional[str]] = mapped_column(String(40))
 
     endpoint: Mapped[Endpoint] = relationship(back_populates="runs")
 

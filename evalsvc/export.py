@@ -14,13 +14,13 @@ import io
 import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from db import queries
 from db.models import Run
+from evalsvc import tool_version
 from harness.redact import mask_text, scrub, strip_credentials
 
 ITEM_FIELDS = (
@@ -28,13 +28,6 @@ ITEM_FIELDS = (
     "extracted_flexible", "reference", "completion", "reasoning", "prompt_tokens", "completion_tokens",
     "reasoning_tokens", "finish_reason", "truncated", "latency_s", "attempts", "error", "request", "detail",
 )
-
-
-def tool_version() -> str:
-    try:
-        return version("evalsvc")
-    except PackageNotFoundError:  # a source checkout that was never installed
-        return "unknown"
 
 
 def item_records(session: Session, run: Run) -> Iterator[dict[str, Any]]:
@@ -72,7 +65,8 @@ def run_summary(session: Session, run: Run) -> dict[str, Any]:
     endpoint = run.endpoint
     return {
         **summary.as_dict(),
-        "evalsvc_version": tool_version(),
+        "evalsvc_version": tool_version(),  # the version exporting; run_evalsvc_version started the run
+        "run_evalsvc_version": run.evalsvc_version,
         "exported_at": datetime.now(timezone.utc).isoformat(),
         "mode": run.mode,
         "decoding": run.decoding,

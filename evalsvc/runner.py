@@ -20,6 +20,7 @@ from tqdm import tqdm
 from db import queries
 from db.engine import Store
 from db.models import Item
+from evalsvc import tool_version
 from harness.client import EndpointClient
 from harness.errors import RESUME_HINT
 from harness.tasks import PromptTemplate, Task, TaskError, get_task, pick_template
@@ -161,6 +162,7 @@ def _open_run(session, spec, template, samples, fingerprint, base_url, isolation
         "isolation": isolation,
         "dataset_hash": dataset_hash(samples),
         "n_items": len(samples),
+        "evalsvc_version": tool_version(),
     }
     run, resumed = queries.open_run(session, endpoint, fields, spec.new_repeat)
     if resumed and run.isolation not in (None, isolation):

@@ -261,6 +261,7 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
             "decoding": run.decoding,
             "config_hash": run.config_hash,
             "dataset_hash": run.dataset_hash,
+            "evalsvc_version": run.evalsvc_version,
             "error": run.error,
             "unknown_token_reasons": queries.unknown_token_reasons(session, run.id),
             "other_runs": aside,
@@ -274,7 +275,8 @@ def show_command(run_ref: str, task: str | None, db: str | None, as_json: bool) 
         click.echo(warning.describe())
     click.echo(f"run {summary.run_id}: {summary.endpoint} ({info['model']} at {info['base_url']})")
     click.echo(f"task {summary.task}, template {summary.template}, mode {info['mode']}, status {summary.status}")
-    click.echo(f"decoding {json.dumps(info['decoding'], sort_keys=True)}")
+    click.echo(f"decoding {json.dumps(info['decoding'], sort_keys=True)}; "
+               f"started by evalsvc {info['evalsvc_version'] or '(version not recorded)'}")
     click.echo(f"sandbox isolation {summary.isolation or 'n/a (scoring runs no code)'}")
     click.echo(f"items {summary.n}/{summary.n_items}: " + summary_line(summary))
     if summary.unknown_tokens:

@@ -60,3 +60,14 @@ def test_export_of_an_unknown_run_is_a_one_line_error(db_path: str) -> None:
                 GSM8K_TEST, "--limit", "2", "--no-progress", "--db", db_path)
     result = run_cli("export", "99", "--db", db_path)
     assert result.exit_code == 2 and result.stderr == "error: no run with id 99; `evalsvc runs` lists them\n"
+
+
+def test_a_run_records_the_evalsvc_version_that_started_it(db_path: str) -> None:
+    with FakeOpenAI(gsm8k_oracle(wrong_when)) as server:
+        run_cli("run", "--endpoint", "step3", "--url", server.base_url, "--model", "fake-model", "--data",
+                GSM8K_TEST, "--limit", "2", "--no-progress", "--db", db_path)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("select evalsvc_version from runs").fetchone()[0] == version("evalsvc")
+    shown = json.loads(run_cli("show", "1", "--json", "--db", db_path).stdout)
+    assert shown["evalsvc_version"] == version("evalsvc")
+    assert f"started by evalsvc {version('evalsvc')}" in run_cli("show", "1", "--db", db_path).stdout
