@@ -111,6 +111,12 @@ def check_sample_count(spec: RunSpec, samples: list[Sample]) -> None:
                         f"give --limit {len(samples)} or leave it out")
 
 
+def check_limits(specs: list[RunSpec]) -> None:
+    """`check_sample_count` for every spec before any runs (not when the run of a later task starts)."""
+    for spec in specs:
+        check_sample_count(spec, get_task(spec.task).load_samples(spec.data, spec.limit))
+
+
 def dataset_hash(samples: list[Sample]) -> str:
     return stable_hash(*(s.item_hash for s in samples))
 

@@ -16,7 +16,7 @@ from evalsvc.cli.runs import (
 )
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
-from evalsvc.runner import RunSpec
+from evalsvc.runner import RunSpec, check_limits
 from evalsvc.sandbox_setup import ensure_bubblewrap
 from evalsvc.status import LongStep, StepTimes, long_step
 from harness.errors import EXIT_FAILED
@@ -92,21 +92,16 @@ def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str
     tasks = tuple(task_list(task))
     plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
                       speed_workloads=workloads_for(tasks) if speed_n else (), speed_n=max(speed_n, 2))
-    check_limits(plan)
+    check_limits([step_spec_for(plan, task) for task in plan.tasks])
     outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json), times=times_here())
     print_outcomes(store, ladder, outcomes, as_json)
 
 
-def check_limits(plan: LadderPlan) -> None:
-    """Refuse a --limit beyond a task's data before any step starts (not at that task, halfway up the ladder)."""
+def step_spec_for(plan: LadderPlan, task: str) -> RunSpec:
+    """A task's run settings as every step gets them (before the step's name and URL), to check up front."""
     from dataclasses import replace
 
-    from evalsvc.runner import check_sample_count
-    from harness.tasks import get_task
-
-    for task in plan.tasks:
-        spec = replace(plan.base, task=task, limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None)
-        check_sample_count(spec, get_task(task).load_samples(spec.data, spec.limit))
+    return replace(plan.base, task=task, limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None)
 
 
 def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:

@@ -12,7 +12,7 @@ from click.core import ParameterSource
 from db import queries
 from db.engine import Store, open_store, store_location
 from evalsvc.cli import fail
-from evalsvc.runner import RunOutcome, RunSpec, run_evaluation
+from evalsvc.runner import RunOutcome, RunSpec, check_limits, run_evaluation
 from evalsvc.token_counts import token_warning
 from harness.client import API_KEY_ENV
 from harness.errors import EXIT_FAILED
@@ -146,16 +146,15 @@ def run_command(**opts: Any) -> None:
     """
     store = write_store(opts["db"])
     settings = DecodingSettings(max_tokens=opts["max_tokens"], seed=opts["seed"])
-    outcomes = []
-    for task in task_list(opts["task"]):
-        spec = RunSpec(
-            endpoint=opts["endpoint"], base_url=opts["url"], model=opts["model"], task=task,
-            template=opts["template"] if opts["task"] != "all" else None, data=opts["data"] if task == "gsm8k" else None,
-            limit=opts["limit"], settings=settings, concurrency=opts["concurrency"], api_key=opts["api_key"],
-            new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"], new_url=opts["new_url"],
-            isolation=opts["isolation"],
-        )
-        outcomes.append(run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])))
+    specs = [RunSpec(
+        endpoint=opts["endpoint"], base_url=opts["url"], model=opts["model"], task=task,
+        template=opts["template"] if opts["task"] != "all" else None, data=opts["data"] if task == "gsm8k" else None,
+        limit=opts["limit"], settings=settings, concurrency=opts["concurrency"], api_key=opts["api_key"],
+        new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"], new_url=opts["new_url"],
+        isolation=opts["isolation"],
+    ) for task in task_list(opts["task"])]
+    check_limits(specs)  # with --task all, a --limit too large for HumanEval is refused before GSM8K runs
+    outcomes = [run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])) for spec in specs]
     if opts["as_json"]:
         click.echo(json.dumps({"db": store.display_url, "runs": [outcome_dict(o) for o in outcomes]}, indent=2))
     else:

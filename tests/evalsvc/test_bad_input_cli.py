@@ -96,6 +96,8 @@ CASES = [
      "--limit 100000"),
     ("ladder-limit-beyond-data", ["ladder", "run", "{ladder}", "--task", "all", "--limit", "200", "--no-progress"],
      EXIT_USAGE, "--limit 200 is more than the 164 items the humaneval data holds"),
+    ("run-all-limit-beyond-humaneval", [*RUN, "--url", "{url}", "--task", "all", "--limit", "200"], EXIT_USAGE,
+     "--limit 200 is more than the 164 items the humaneval data holds"),
     ("run-unreachable", [*RUN, "--url", "http://127.0.0.1:9/v1"], EXIT_UNREACHABLE, "is unreachable"),
     ("compare-same", ["compare", "step3", "step3"], EXIT_USAGE, "compare two different"),
     ("decide-same", ["decide", "step3", "step3"], EXIT_USAGE, "compare two different"),
