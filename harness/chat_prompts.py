@@ -130,7 +130,7 @@ def load_chat_prompts(
     path = Path(source)
     if path.is_file():
         return _prompts_from_records(_read_jsonl(path), str(path), limit, max_chars)
-    if path.suffix in (".jsonl", ".json") or source.startswith((".", "/", "~")):
+    if not path.exists() and (path.suffix in (".jsonl", ".json") or source.startswith((".", "/", "~"))):
         raise ChatPromptError(f"chat prompts file {source} does not exist; give a JSONL file of chat prompts, "
                               "a datasets name, or leave --chat-data out for the built-in set")
     try:
