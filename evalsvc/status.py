@@ -127,22 +127,36 @@ def _progress(step: LongStep) -> str:
         return ""
 
 
+@dataclass
+class Outcome:
+    """What the caller of `long_step` says about the step: `failed` holds why, when it did not finish its work."""
+
+    failed: str = ""
+
+
 @contextlib.contextmanager
-def long_step(step: LongStep, times: StepTimes | None = None, beat: bool = True) -> Iterator[None]:
-    """Announce `step`, beat while it runs (when `beat`), and remember how long it took."""
+def long_step(step: LongStep, times: StepTimes | None = None, beat: bool = True) -> Iterator[Outcome]:
+    """Announce `step`, beat while it runs (when `beat`), and remember how long it took.
+
+    A step that raises, or whose yielded `Outcome` is marked `failed`, is not
+    remembered: its time would mislead the next announcement."""
     log.info("%s", announcement(step, times))
     started = time.monotonic()
     stop = threading.Event()
     beater = threading.Thread(target=_beat, args=(step, started, stop), daemon=True) if beat else None
     if beater is not None:
         beater.start()
+    outcome = Outcome()
     try:
-        yield
+        yield outcome
     finally:
         stop.set()
         if beater is not None:
             beater.join()
     elapsed = time.monotonic() - started
+    if outcome.failed:
+        log.info("stopped %s after %s: %s", step.doing, format_duration(elapsed), outcome.failed)
+        return
     if times is not None:
         times.record(step.key, elapsed)
     log.info("done %s in %s", step.doing, format_duration(elapsed))

@@ -150,7 +150,7 @@ def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str
     raw = load_ladder(embedded_ladder_path())
     times = times_here()
     max_tokens = DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS
-    with long_step(demo_step(raw, full), times, beat=False):  # each long part beats on its own
+    with long_step(demo_step(raw, full), times, beat=False) as demo:  # each long part beats on its own
         store = write_store(db)
         ensure_bubblewrap(isolation)
         check_tasks(TASK_NAMES, isolation)  # before the engine build: a missing sandbox stops the demo in seconds
@@ -162,6 +162,7 @@ def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str
                           speed_workloads=workloads_for(TASK_NAMES), speed_n=DEMO_SPEED_N,
                           speed_max_tokens=DEMO_SPEED_MAX_TOKENS)
         outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json), times=times)
+        demo.failed = ", ".join(f"step {o.step} did not start" for o in outcomes if o.error)
     if not as_json:
         click.echo(f"embedded ladder: {' -> '.join(s.name for s in ladder.steps)} ({demo_sizes(full)}, "
                    f"max_tokens {max_tokens})")

@@ -112,3 +112,12 @@ def test_failed_step_is_not_remembered_and_does_not_say_done(tmp_path: Path, sta
         raise RuntimeError("build failed")
     assert status_lines.lines == ["working: a while"]
     assert times.last("work") is None
+
+
+def test_a_step_marked_failed_is_not_remembered(tmp_path: Path, status_lines: StatusLines) -> None:
+    times = StepTimes(tmp_path / "times.json")
+    with long_step(LongStep("demo", "running the demo", "a while"), times, beat=False) as outcome:
+        outcome.failed = "step q4_0 did not start"
+    assert status_lines.lines[-1].startswith("stopped running the demo after ")
+    assert status_lines.lines[-1].endswith(": step q4_0 did not start")
+    assert times.last("demo") is None
