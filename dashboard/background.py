@@ -52,6 +52,18 @@ class EvalRequest:
     max_tokens: int | None = None
     concurrency: int = 8
     repeat: bool = False
+    template: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeedRequest:
+    """What the speed form asks for; mirrors `evalsvc speed` options (a vendor figure when `tokens_per_second`)."""
+
+    endpoint: str
+    workload: str
+    limit: int = 20
+    tokens_per_second: float | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,18 +122,30 @@ def run_argv(request: EvalRequest) -> list[str]:
     argv += ["--concurrency", str(request.concurrency)]
     if request.repeat:
         argv.append("--repeat")
+    if request.template:
+        argv += ["--template", request.template]
     return argv
+
+
+def speed_argv(request: SpeedRequest) -> list[str]:
+    """The `evalsvc speed` arguments for the request: measure, or store a vendor figure with its source."""
+    argv = ["speed", "--endpoint", request.endpoint, "--workload", request.workload]
+    if request.tokens_per_second is None:
+        return argv + ["--limit", str(request.limit)]
+    if request.tokens_per_second <= 0 or not request.source.strip():
+        raise JobError("a decode speed entered by hand needs a positive tokens per second and where it comes from")
+    return argv + ["--tokens-per-second", f"{request.tokens_per_second:g}", "--source", request.source.strip()]
 
 
 def check_request(request: EvalRequest) -> None:
     """Refuse a form that `evalsvc run` would refuse, before anything is started."""
     from harness.tasks import TASK_NAMES
 
-    missing = [name for name in ("endpoint", "base_url", "model") if not getattr(request, name).strip()]
+    labels = {"endpoint": "a name for this step", "base_url": "the server address", "model": "the model name"}
+    missing = [label for name, label in labels.items() if not getattr(request, name).strip()]
     if missing:
-        raise JobError(f"fill in: {', '.join(missing)}")
-    if not request.base_url.startswith(("http://", "https://")):
-        raise JobError(f"URL must start with http:// or https://, got {request.base_url!r}")
+        raise JobError(f"Fill in {' and '.join(missing)}.")
+    check_url(request.base_url)
     if has_credentials(request.base_url):
         raise JobError(f"the URL {mask_url(request.base_url)} carries a password or key, which would be stored and "
                        "shown; remove it and give the key in the API key field")
@@ -132,11 +156,27 @@ def check_request(request: EvalRequest) -> None:
         raise JobError("pick one task or all of them")
 
 
+def check_url(url: str) -> None:
+    """Refuse what is not an http(s) address with a host: spaces, no host, a bad port."""
+    from urllib.parse import urlsplit
+
+    example = "e.g. http://127.0.0.1:30000/v1"
+    if not url.startswith(("http://", "https://")):
+        raise JobError(f"The server address must start with http:// or https://, got {url!r} ({example}).")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        raise JobError(f"The server address {url!r} has a port that is not a number ({example}).") from None
+    if not parts.hostname or any(ch.isspace() for ch in url):
+        raise JobError(f"The server address {url!r} is not a valid address ({example}).")
+
+
 # --- starting and listing ---------------------------------------------------------------
 
 
-def start_job(request: EvalRequest, db_url: str, api_key: str | None = None) -> Job:
-    """Start `evalsvc run` for the request in a detached process; returns the recorded job.
+def start_job(request: EvalRequest | SpeedRequest, db_url: str, api_key: str | None = None) -> Job:
+    """Start `evalsvc run` (or `evalsvc speed`) for the request in a detached process; returns the recorded job.
 
     The store URL and the API key go to the child through its environment only, never to its command line
     or to disk.
@@ -144,7 +184,10 @@ def start_job(request: EvalRequest, db_url: str, api_key: str | None = None) -> 
     folder = jobs_dir(db_url)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     job_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{time.monotonic_ns() % 100000}"
-    job = Job(job_id=job_id, endpoint=request.endpoint, tasks=request.tasks, argv=tuple(run_argv(request)),
+    speed = isinstance(request, SpeedRequest)
+    argv = speed_argv(request) if speed else run_argv(request)
+    tasks = (f"speed:{request.workload}",) if speed else request.tasks
+    job = Job(job_id=job_id, endpoint=request.endpoint, tasks=tasks, argv=tuple(argv),
               started_at=time.time(), log_path=str(folder / f"{job_id}.log"))
     job_file = folder / f"{job_id}.json"
     _write(job_file, job)

@@ -8,7 +8,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from dashboard import background, data, widgets
+from dashboard import analysis, background, data, widgets
 from db.engine import StoreError
 from harness.tasks import TASK_NAMES
 
@@ -16,32 +16,79 @@ GSM8K_DATA_ENV = "EVALSVC_GSM8K_DATA"
 REFRESH_S = 2.0
 
 
+def template_choices() -> dict[str, list[str]]:
+    """Per task, the prompt templates `evalsvc run --template` accepts (name@version)."""
+    from harness.tasks import get_task
+
+    return {task: [t.key for t in get_task(task).templates.values()] for task in TASK_NAMES}
+
+
 def render_form(url: str) -> None:
-    """The form; on submit, starts the job and says so."""
+    """The form, in plain words; on submit, checks it (the address too) and starts the job."""
     with st.form("evaluate", border=True):
         left, right = st.columns(2)
-        name = left.text_input("Endpoint name (a ladder step)", key="ev_name", placeholder="int4-spec")
-        base_url = right.text_input("Base URL", key="ev_url", placeholder="http://127.0.0.1:30000/v1")
-        model = left.text_input("Model (as /v1/models lists it)", key="ev_model")
-        tasks = right.multiselect("Tasks", list(TASK_NAMES), default=[TASK_NAMES[0]], key="ev_tasks")
-        limit = left.number_input("Limit (first N items; 0 = the task's default)", 0, 10_000, 0, key="ev_limit")
-        data_path = right.text_input("GSM8K data file or folder (optional)", key="ev_data",
-                                     value=os.environ.get(GSM8K_DATA_ENV, ""))
-        concurrency = left.number_input("Concurrency", 1, 256, 8, key="ev_concurrency")
+        name = left.text_input("Name for this step", key="ev_name", placeholder="int4-spec",
+                               help="How the ladder will call this endpoint, e.g. bf16, int4, int4-spec.")
+        base_url = right.text_input("Server address (OpenAI-compatible)", key="ev_url",
+                                    placeholder="http://127.0.0.1:30000/v1")
+        model = left.text_input("Model name, as the server lists it at /v1/models", key="ev_model")
+        tasks = right.multiselect("Tasks", list(TASK_NAMES), default=[TASK_NAMES[0]], key="ev_tasks",
+                                  help="GSM8K: grade-school math (math workload); HumanEval: Python problems whose "
+                                       "tests are run (code workload). One task or both.")
+        limit = left.number_input("Questions per task (0 = all: 400 GSM8K, 164 HumanEval)", 0, 10_000, 0,
+                                  key="ev_limit")
+        max_tokens = right.number_input("Longest answer, in tokens (max tokens)", 16, 65_536, 2048, key="ev_max_tokens",
+                                        help="Answers cut at this length are marked; keep it the same on every step.")
+        templates = ["the task's default"] + [t for names in template_choices().values() for t in names]
+        template = left.selectbox("Prompt template", templates, key="ev_template",
+                                  help="Keep it the same on every step: steps with other templates are not compared.")
+        concurrency = right.number_input("Requests at once", 1, 256, 8, key="ev_concurrency")
+        data_path = left.text_input("GSM8K questions file or folder on this machine (optional)", key="ev_data",
+                                    value=os.environ.get(GSM8K_DATA_ENV, ""),
+                                    help="Without it the questions come with evalsvc or are downloaded.")
         api_key = right.text_input("API key (optional; not stored)", type="password", key="ev_key")
-        repeat = st.checkbox("Repeat run (same settings again, for the noise floor)", key="ev_repeat")
+        repeat = st.checkbox("Evaluate again with the same settings (a repeat run: shows run-to-run noise)",
+                             key="ev_repeat")
         submitted = st.form_submit_button("Start evaluation", type="primary")
     if submitted:
         request = background.EvalRequest(
             endpoint=name.strip(), base_url=base_url.strip(), model=model.strip(), tasks=tuple(tasks),
-            limit=int(limit) or None, data=data_path.strip() or None, concurrency=int(concurrency), repeat=repeat,
+            limit=int(limit) or None, data=data_path.strip() or None, max_tokens=int(max_tokens),
+            concurrency=int(concurrency), repeat=repeat, template=None if template == templates[0] else template,
         )
-        try:
-            job = background.start_job(request, url, api_key=api_key or None)
-        except background.JobError as exc:
-            st.error(str(exc))
-            return
-        st.success(f"Started: evalsvc {' '.join(job.argv)}")
+        start(request, url, api_key or None)
+
+
+def start(request: background.EvalRequest | background.SpeedRequest, url: str, api_key: str | None = None) -> None:
+    """Start a job and say so; a refusal in one readable line."""
+    try:
+        job = background.start_job(request, url, api_key=api_key)
+    except background.JobError as exc:
+        st.error(str(exc))
+        return
+    st.success(f"Started: evalsvc {' '.join(job.argv)}")
+
+
+def render_speed_form(url: str, runs: pd.DataFrame) -> None:
+    """Measure a stored step's decode speed per workload, or enter a vendor figure with its source."""
+    steps = list(dict.fromkeys(runs["endpoint"])) if not runs.empty else []
+    st.subheader("Decode speed")
+    st.caption("Task time needs each step's decode speed per workload (math, code, chat). Measure it against the "
+               "running server (batch 1, streamed), or enter a figure from a vendor table with where it comes from.")
+    if not steps:
+        st.caption("Evaluate a step first: speeds are stored per step.")
+        return
+    with st.form("speed", border=True):
+        left, middle, right = st.columns(3)
+        step = left.selectbox("Step", steps, key="sp_step")
+        workload = middle.selectbox("Workload", ["math", "code", "chat"], key="sp_workload")
+        limit = right.number_input("Prompts to time", 2, 500, 20, key="sp_limit")
+        tps = left.number_input("Or: decode tokens per second from a vendor table (0 = measure)", 0.0, 100_000.0,
+                                0.0, key="sp_tps")
+        source = middle.text_input("Where that figure comes from", key="sp_source", placeholder="vendor table, 2026-11")
+        submitted = st.form_submit_button("Measure speed (or store the figure entered)")
+    if submitted:
+        start(background.SpeedRequest(step, workload, int(limit), float(tps) if tps else None, source), url)
 
 
 def job_runs(runs: pd.DataFrame, job: background.Job) -> pd.DataFrame:
@@ -59,19 +106,52 @@ def run_listing(runs: pd.DataFrame) -> pd.DataFrame:
     return listed.assign(isolation=listed["isolation"].fillna(widgets.MISSING)).set_index("run_id")
 
 
-def render_job(job: background.Job, runs: pd.DataFrame) -> None:
-    """One job: its state, a progress bar per run, the end of its log."""
+JOB_STATES = {
+    "starting": "the job is loading; it starts sending requests in a moment",
+    "running": "requests are being sent; each finished item is stored at once",
+    "finished": "done",
+    "failed": "it stopped with an error: the end of its log says why",
+    "interrupted": "it was stopped (the Stop button, Ctrl-C or a shutdown); finished items are stored, and starting "
+                   "the same evaluation again resumes it",
+    "lost": "its process ended without a word (killed, out of memory, the machine restarted); finished items are "
+            "stored, and starting the same evaluation again resumes it",
+}
+
+
+def render_job(job: background.Job, runs: pd.DataFrame, order: list[str]) -> None:
+    """One job: its state in words, a progress bar per run, accuracy and links when done, the end of its log."""
     when = datetime.fromtimestamp(job.started_at).strftime("%Y-%m-%d %H:%M:%S")
+    speed = job.tasks and job.tasks[0].startswith("speed:")
+    what = f"speed of {job.endpoint} ({job.tasks[0].removeprefix('speed:')})" if speed else job.endpoint
     with st.container(border=True, key=f"job_{job.job_id}"):
-        st.markdown(f"**{widgets.esc(job.endpoint)}**: {job.state} (started {when})")
-        for _, run in job_runs(runs, job).iterrows():
-            done = int(run["n"]) / int(run["n_items"]) if int(run["n_items"]) else 0.0
-            st.progress(min(done, 1.0), text=f"run {run['run_id']} {run['task']}: {run['n']}/{run['n_items']} items, "
-                                             f"{run['errors']} errors, {run['status']}")
+        st.markdown(f"**{widgets.esc(what)}**: {job.state} (started {when})")
+        st.caption(JOB_STATES.get(job.state, ""))
+        for _, run in ([] if speed else job_runs(runs, job).iterrows()):
+            render_run(run, job.endpoint, order)
         if job.state == "running" and st.button("Stop (finished items stay stored)", key=f"stop_{job.job_id}"):
             background.stop_job(job)
         with st.expander("log", expanded=job.state in ("failed", "lost")):
-            st.code(background.log_tail(job) or "(empty)", language=None)
+            st.code(background.log_tail(job) or "(empty)", language=None, wrap_lines=True)
+
+
+def render_run(run: pd.Series, endpoint: str, order: list[str]) -> None:
+    """A run's progress; once complete, its accuracy and links to where it stands."""
+    n, n_items, errors = int(run["n"]), int(run["n_items"]), int(run["errors"])
+    done = n / n_items if n_items else 0.0
+    st.progress(min(done, 1.0), text=f"run {run['run_id']} {run['task']}: {n}/{n_items} items, "
+                                     f"{widgets.plural(errors, 'error')}, {run['status']}")
+    if run["status"] != "complete":
+        return
+    st.markdown(f"{widgets.esc(run['task'])}: accuracy **{widgets.pct(run['accuracy'])}** "
+                f"({int(run['correct'])} of {n - errors} scored)")
+    index = order.index(endpoint) if endpoint in order else 0
+    params = {"task": str(run["task"]), "b": endpoint, **({"a": order[index - 1]} if index > 0 else {})}
+    cols = st.columns(2)
+    cols[0].page_link(widgets.PAGES["ladder"], label=f"Where {endpoint} stands on the ladder", query_params=params,
+                      icon=":material/arrow_forward:")
+    if index > 0:
+        cols[1].page_link(widgets.PAGES["disagreements"], label=f"Disagreements: {endpoint} vs {order[index - 1]}",
+                          query_params=params, icon=":material/arrow_forward:")
 
 
 @st.fragment(run_every=REFRESH_S)
@@ -86,8 +166,9 @@ def render_progress(url: str) -> None:
     st.subheader("Started from the dashboard")
     if not jobs:
         st.caption("No evaluation started here yet.")
+    order = analysis.ladder_order(runs)
     for job in jobs[:10]:
-        render_job(job, runs)
+        render_job(job, runs, order)
     running = runs[runs["status"] == "running"]
     if not running.empty:
         st.subheader("Runs being written")
@@ -105,6 +186,10 @@ def main() -> None:
     st.title("Evaluate an endpoint")
     st.caption("Runs `evalsvc run` in the background on this store; it keeps going if you close or reload the page.")
     render_form(url)
+    try:
+        render_speed_form(url, data.load_runs(url))
+    except StoreError as exc:
+        st.error(f"Cannot open the store: {exc}")
     render_progress(url)
 
 

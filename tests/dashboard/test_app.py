@@ -442,6 +442,11 @@ def test_evaluate_form_runs_through_the_cli_in_the_background(
     again = open_app(monkeypatch, db, "views/evaluate.py")
     assert any(m.value.startswith("**fake\\-step**: finished") for m in again.markdown)
     assert [p.proto.text for p in again.get("progress")] == [f"run {run.id} gsm8k: 5/5 items, 0 errors, complete"]
+    # Done: its accuracy, and a link to where it stands.
+    assert f"gsm8k: accuracy **{100 * GOLD.count(7) / 5:.1f}%** ({GOLD.count(7)} of 5 scored)" in [
+        m.value for m in again.markdown]
+    links = [(link.proto.page, link.proto.query_string) for link in again.page_link]
+    assert ("", "task=gsm8k&b=fake-step") in links  # the Ladder is the default page: no path
 
 
 def test_evaluate_page_shows_a_run_whose_runner_died_as_stalled(
@@ -477,8 +482,49 @@ def test_evaluate_form_refuses_a_bad_url(monkeypatch: pytest.MonkeyPatch, tmp_pa
     at.text_input(key="ev_url").input("127.0.0.1:30000")
     at.text_input(key="ev_model").input("m")
     at.form_submit_button[0].click().run()
-    assert [e.value for e in at.error] == ["URL must start with http:// or https://, got '127.0.0.1:30000'"]
+    assert [e.value for e in at.error] == [
+        "The server address must start with http:// or https://, got '127.0.0.1:30000' (e.g. http://127.0.0.1:30000/v1)."]
+    at.text_input(key="ev_url").input("http://not a url")
+    at.form_submit_button[0].click().run()
+    assert [e.value for e in at.error] == [
+        "The server address 'http://not a url' is not a valid address (e.g. http://127.0.0.1:30000/v1)."]
+    at.text_input(key="ev_name").input("")
+    at.form_submit_button[0].click().run()
+    assert [e.value for e in at.error] == ["Fill in a name for this step."]
     assert background.list_jobs(db) == []
+
+
+def test_max_tokens_and_template_reach_the_command() -> None:
+    request = background.EvalRequest("s", "http://127.0.0.1:1/v1", "m", ("gsm8k",), max_tokens=512,
+                                     template="fewshot-completion@v1")
+    argv = background.run_argv(request)
+    assert argv[argv.index("--max-tokens") + 1] == "512"
+    assert argv[argv.index("--template") + 1] == "fewshot-completion@v1"
+
+
+def test_a_vendor_speed_from_the_form_is_stored_with_its_source(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    db = str(tmp_path / "speed.db")
+    store = open_store(db)
+    seed.add_run(store, "vendor-step", "gsm8k", [seed.gsm8k_sample(i) for i in range(4)],
+                 [seed.math_outcome(i, True, 100) for i in range(4)])
+    store.dispose()
+    at = open_app(monkeypatch, db, "views/evaluate.py")
+    at.selectbox(key="sp_workload").select("code")
+    at.number_input(key="sp_tps").set_value(321.0)
+    at.text_input(key="sp_source").input("vendor table 2026-11")
+    at.form_submit_button[1].click().run()
+    assert [s.value for s in at.success] == [
+        "Started: evalsvc speed --endpoint vendor-step --workload code --tokens-per-second 321 "
+        "--source vendor table 2026-11"]
+    jobs = wait_for_jobs(db)
+    assert [job.state for job in jobs] == ["finished"], background.log_tail(jobs[0])
+    from evalsvc.decision import build
+
+    with open_store(db).session() as session:  # not the page's cache, which holds for a few seconds
+        speed = build.endpoint_speed(session, queries.get_endpoint(session, "vendor-step"), "code")
+    assert not isinstance(speed, str), speed
+    assert speed.effective_tps == 321.0 and speed.source == "vendor table 2026-11" and not speed.measured
 
 
 # --- helpers without a page -------------------------------------------------------------------

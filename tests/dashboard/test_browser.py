@@ -370,23 +370,35 @@ def test_evaluate_starts_a_run_and_shows_progress_after_reload(
     from tests.fake_openai import FakeOpenAI, Reply
 
     data_file = write_gsm8k(tmp_path)
-    with FakeOpenAI(responder=lambda body: Reply(text="The answer is 7."), latency_s=0.2) as server:
+    # Slow answers: the run is still going when the Ladder opens, so its arrival there is seen without a reload.
+    with FakeOpenAI(responder=lambda body: Reply(text="The answer is 7."), latency_s=5.0) as server:
         page.goto(empty_app + "/evaluate")
         open_page(page, "Evaluate an endpoint")
-        page.get_by_label("Endpoint name (a ladder step)").fill("browser-step")
-        page.get_by_label("Base URL").fill(server.base_url)
-        page.get_by_label("Model (as /v1/models lists it)").fill("fake-model")
-        page.get_by_label("GSM8K data file or folder (optional)").fill(str(data_file))
+        page.get_by_role("textbox", name="Name for this step").fill("browser-step")
+        page.get_by_label("Server address (OpenAI-compatible)").fill("http://not a url")
+        page.get_by_label("Model name, as the server lists it at /v1/models").fill("fake-model")
+        page.get_by_role("button", name="Start evaluation").click()
+        expect(page.get_by_text("The server address 'http://not a url' is not a valid address")).to_be_visible()
+        shoot(page, artifacts, "10b_evaluate_bad_address")
+        page.get_by_label("Server address (OpenAI-compatible)").fill(server.base_url)
+        page.get_by_role("textbox", name="GSM8K questions file or folder on this machine (optional)").fill(str(data_file))
         page.get_by_role("button", name="Start evaluation").click()
         expect(page.get_by_text("Started: evalsvc run --endpoint browser-step")).to_be_visible()
-        # The progress fragment refreshes itself; a reload opens a new session that still finds the job.
-        page.reload()
+        page.goto(empty_app)
+        open_page(page, "Ladder")
+        expect(page.get_by_text("No runs in this store yet")).to_be_visible()
+        # No reload: the page notices the finished run by itself.
+        expect(page.get_by_text("No runs in this store yet")).to_have_count(0, timeout=RENDER_TIMEOUT_MS)
+        expect(page.locator("h1").first).to_have_text("Ladder")
+        # A reload opens a new session that still finds the job, done, with its accuracy and a link.
+        page.goto(empty_app + "/evaluate")
         open_page(page, "Evaluate an endpoint")
         expect(page.get_by_text("browser-step: finished")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
         expect(page.get_by_text(f"gsm8k: {len(GOLD)}/{len(GOLD)} items, 0 errors, complete")).to_be_visible(
             timeout=RENDER_TIMEOUT_MS)
+        expect(page.get_by_text(f"gsm8k: accuracy {100 * GOLD.count(7) / len(GOLD):.1f}%")).to_be_visible()
         shoot(page, artifacts, "11_evaluate_after_run")
         assert len(server.requests) == len(GOLD)
-    page.goto(empty_app)
+    page.get_by_role("link", name="Where browser-step stands on the ladder").click()
     open_page(page, "Ladder")
     expect(page.get_by_text("No runs in this store yet")).to_have_count(0)
