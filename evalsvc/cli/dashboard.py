@@ -33,7 +33,7 @@ def streamlit_argv(app: Path, port: int, address: str, headless: bool) -> list[s
     log (masked there), not to whoever reaches the page.
     """
     return [
-        sys.executable, "-m", "streamlit", "run", str(app),
+        sys.executable, "-m", "dashboard.serve", "run", str(app),  # streamlit, its imports done before it listens
         "--server.address", address, "--server.port", str(port),
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
