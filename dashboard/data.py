@@ -220,7 +220,8 @@ def margins() -> rule.Margins:
     per_task = []
     for key, value in st.session_state.items():
         task = str(key).removeprefix(MARGIN_KEY.format(task=""))
-        if task != key and value is not None:
+        # A task at the default is left out: one cache key for "no margin changed", however the page got there.
+        if task != key and value is not None and float(value) / 100 != build.DEFAULT_MARGINS.default:
             per_task.append((task, float(value) / 100))
     return rule.Margins(build.DEFAULT_MARGINS.default, tuple(sorted(per_task)))
 
@@ -239,17 +240,42 @@ def _ladder(url: str, steps: tuple[str, ...], run_keys_: tuple[RunKey, ...], spe
         return str(exc)
 
 
-def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = False) -> build.LadderDecision | str:
-    """Every figure of the ladder `steps`, from `evalsvc.decision.build`; or why there is none."""
+def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = False,
+           margins_: rule.Margins | None = None) -> build.LadderDecision | str:
+    """Every figure of the ladder `steps`, from `evalsvc.decision.build`; or why there is none.
+
+    `margins_` defaults to the sidebar's (`margins`).
+    """
     if len(steps) < 2:
         return "pick at least two steps to compare"
-    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), _speed_key(url, tuple(steps)), force, margins())
+    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), _speed_key(url, tuple(steps)), force,
+                   margins_ or margins())
 
 
-def step_runs(runs: pd.DataFrame, steps: Sequence[str], url: str | None = None) -> dict[str, dict[str, RunKey]]:
+def warm_up(url: str) -> None:
+    """Compute the default Ladder view into the caches (all steps, default margins), as a page would.
+
+    Called by `dashboard.serve` when the server starts, so the first person to open the Ladder does not wait.
+    """
+    runs = load_runs(url)
+    steps = analysis.ladder_order(runs)
+    if len(steps) < 2:
+        return
+    found = ladder(url, runs, steps, margins_=build.DEFAULT_MARGINS)
+    ladder(url, runs, steps[:2], margins_=build.DEFAULT_MARGINS)  # the page's "stop at A or take B" default
+    endpoint_speeds(url, tuple(steps))
+    endpoint_speeds(url, tuple(steps[:2]))
+    if isinstance(found, build.LadderDecision):
+        per_task = step_runs(runs, steps, url, found)
+        load_ladder(url, ladder_keys(per_task))
+
+
+def step_runs(runs: pd.DataFrame, steps: Sequence[str], url: str | None = None,
+              found: build.LadderDecision | str | None = None) -> dict[str, dict[str, RunKey]]:
     """For each task, the run the ladder uses for every step that has one: task -> step -> key."""
     keys = run_keys(runs)
-    found = ladder(url or db_url(), runs, steps) if len(steps) >= 2 else None
+    if found is None and len(steps) >= 2:
+        found = ladder(url or db_url(), runs, steps)
     if isinstance(found, build.LadderDecision):
         chosen = {(task, step): r.info.run_id for (task, step), r in found.picked.chosen.items()}
     else:  # one step, or no ladder: its latest complete run per task

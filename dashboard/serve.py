@@ -3,14 +3,20 @@ dashboard's heavy imports done before the server listens.
 
 Streamlit runs a page's script only when a browser connects, so without this
 the first person to open the dashboard after a start waits for pandas, SciPy,
-Altair, SQLAlchemy and the statistics to import (seconds on a busy machine).
-The server process is the one that later runs the scripts, so importing here
-is importing once for all of them.
+Altair, SQLAlchemy and the statistics to import, and for the whole ladder to
+be computed (seconds on a busy machine). The server process is the one that
+later runs the scripts and holds their caches, so importing here, and
+computing the default Ladder view in a thread while the server starts, is
+done once for all of them.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
+
+log = logging.getLogger(__name__)
 
 
 def preload() -> None:
@@ -25,8 +31,20 @@ def preload() -> None:
     import evalsvc.reports  # noqa: F401
 
 
+def warm_up(argv: list[str]) -> None:
+    """Compute the default Ladder view into the server's caches; a failure only costs the first view its speed."""
+    from dashboard import data
+
+    script_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    try:
+        data.warm_up(data.db_url(script_args))
+    except Exception:  # the page will show the same problem, in words, when it is opened
+        log.warning("warming up the dashboard's caches failed", exc_info=True)
+
+
 def main() -> None:
     preload()
+    threading.Thread(target=warm_up, args=(list(sys.argv),), daemon=True, name="dashboard-warm-up").start()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *sys.argv[1:]]
