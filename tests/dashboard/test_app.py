@@ -502,6 +502,34 @@ def test_max_tokens_and_template_reach_the_command() -> None:
     assert argv[argv.index("--template") + 1] == "fewshot-completion@v1"
 
 
+def test_measure_speed_from_the_form_probes_the_stored_endpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_server: FakeOpenAI
+) -> None:
+    db = str(tmp_path / "measure.db")
+    store = open_store(db)
+    seed.add_run(store, "probe-step", "gsm8k", [seed.gsm8k_sample(i) for i in range(4)],
+                 [seed.math_outcome(i, True, 100) for i in range(4)])
+    with store.session() as session:
+        endpoint = queries.get_endpoint(session, "probe-step")
+        endpoint.base_url, endpoint.model = fake_server.base_url, "fake-model"
+        session.commit()
+    store.dispose()
+    at = open_app(monkeypatch, db, "views/evaluate.py")
+    at.selectbox(key="sp_workload").select("chat")
+    at.number_input(key="sp_limit").set_value(3)
+    at.form_submit_button[1].click().run()
+    assert [s.value for s in at.success] == [
+        "Started: evalsvc speed --endpoint probe-step --workload chat --limit 3"]
+    jobs = wait_for_jobs(db)
+    assert [job.state for job in jobs] == ["finished"], background.log_tail(jobs[0])
+    from evalsvc.decision import build
+
+    with open_store(db).session() as session:
+        speed = build.endpoint_speed(session, queries.get_endpoint(session, "probe-step"), "chat")
+    assert not isinstance(speed, str), speed
+    assert speed.measured and len(speed.decode_tps) == 3
+
+
 def test_a_vendor_speed_from_the_form_is_stored_with_its_source(monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
     db = str(tmp_path / "speed.db")
