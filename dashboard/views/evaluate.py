@@ -128,10 +128,19 @@ def render_job(job: background.Job, runs: pd.DataFrame, order: list[str]) -> Non
         st.caption(JOB_STATES.get(job.state, ""))
         for _, run in ([] if speed else job_runs(runs, job).iterrows()):
             render_run(run, job.endpoint, order)
+        tail = background.log_tail(job)
+        if job.state == "failed" and (reason := error_line(tail)):
+            st.error(reason)  # the one line that says what to do, not buried under the retries above it
         if job.state == "running" and st.button("Stop (finished items stay stored)", key=f"stop_{job.job_id}"):
             background.stop_job(job)
         with st.expander("log", expanded=job.state in ("failed", "lost")):
-            st.code(background.log_tail(job) or "(empty)", language=None, wrap_lines=True)
+            st.code(tail or "(empty)", language=None, wrap_lines=True)
+
+
+def error_line(log_text: str) -> str | None:
+    """The CLI's own last `error:` line of a job's log (it says what went wrong and what to do), if any."""
+    found = [line for line in log_text.splitlines() if line.startswith("error: ")]
+    return found[-1].removeprefix("error: ") if found else None
 
 
 def render_run(run: pd.Series, endpoint: str, order: list[str]) -> None:

@@ -530,6 +530,23 @@ def test_measure_speed_from_the_form_probes_the_stored_endpoint(
     assert speed.measured and len(speed.decode_tps) == 3
 
 
+def test_a_failed_job_shows_its_error_line_above_the_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    db = str(tmp_path / "fail.db")
+    store = open_store(db)
+    seed.add_run(store, "gone-step", "gsm8k", [seed.gsm8k_sample(i) for i in range(2)],
+                 [seed.math_outcome(i, True, 100) for i in range(2)])  # its stored URL has nothing listening
+    store.dispose()
+    at = open_app(monkeypatch, db, "views/evaluate.py")
+    at.number_input(key="sp_limit").set_value(2)
+    at.form_submit_button[1].click().run()
+    jobs = wait_for_jobs(db)
+    assert [job.state for job in jobs] == ["failed"], background.log_tail(jobs[0])
+    again = open_app(monkeypatch, db, "views/evaluate.py")
+    errors = [e.value for e in again.error]
+    assert len(errors) == 1 and "http://127.0.0.1:1/v1" in errors[0], errors
+    assert errors[0] in background.log_tail(jobs[0]) and not errors[0].startswith("error:")
+
+
 def test_a_vendor_speed_from_the_form_is_stored_with_its_source(monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
     db = str(tmp_path / "speed.db")
