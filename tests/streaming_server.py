@@ -55,11 +55,20 @@ class StreamScript:
 
 @dataclass
 class StreamingServer:
-    """A running server; `requests` collects every JSON body received."""
+    """A running server; `requests` collects every JSON body received, and
+    `sent_at` the `time.perf_counter()` at which each text chunk of each
+    request left (one list per request, empty when nothing was streamed):
+    the pacing really served, which a busy machine can stretch past the script."""
 
     base_url: str
     script: StreamScript
     requests: list[dict[str, Any]] = field(default_factory=list)
+    sent_at: list[list[float]] = field(default_factory=list)
+
+    def served_decode_tps(self, request: int, tokens: int) -> float:
+        """`tokens - 1` over the time between the first and last text chunk this server sent."""
+        times = self.sent_at[request]
+        return (tokens - 1) / (times[-1] - times[0])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -81,6 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         number = len(self.server.state.requests)
         self.server.state.requests.append(body)
+        self.server.state.sent_at.append([])
         script = self.server.state.script
         if script.fail_requests is not None and number not in script.fail_requests:
             script = replace(script, fail_after=None)
@@ -126,6 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             delta = {"reasoning_content": text} if is_reasoning else {"content": text}
             self._event(_chunk(body, delta, chat))
+            self.server.state.sent_at[-1].append(time.perf_counter())
         self._finish(script, body, chat)
 
     def _finish(self, script: StreamScript, body: dict[str, Any], chat: bool) -> None:

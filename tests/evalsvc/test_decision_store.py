@@ -147,9 +147,10 @@ def test_a_rerun_with_other_settings_and_small_or_unfinished_runs_are_set_aside(
     assert (q["n_items"], q["statistic"]) == (seed.GSM8K_N, 0.0)
     # The dashboard keeps every decision and lists the three runs aside.
     at = open_app(monkeypatch, scenario_db)
-    headings = [m.value for m in at.markdown if m.value.startswith("####")]
-    assert headings == [r"#### math (gsm8k): ship **s4**", r"#### code (humaneval): ship **s3**",
-                        r"#### chat: ship **s4**"]
+    ship_boxes = [m.value for m in at.markdown if m.value.startswith("####") and "ship" in m.value]
+    assert ship_boxes == [r"#### math (gsm8k): ship **s4**, the last step",
+                          r"#### code (humaneval): ship **s3**, stop there (not **s4**)",
+                          r"#### chat: ship **s4**, the last step"]
     assert not at.warning
     aside_table = next(df.value for df in at.dataframe if "set aside" in df.value.columns)
     assert sorted(aside_table["run"].astype(int)) == sorted([rerun, smoke, broken, going])
