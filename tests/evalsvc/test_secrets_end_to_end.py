@@ -209,11 +209,11 @@ def start_job_in_the_browser(page: Page, base: str, up_url: str, key: str) -> st
     """Fill the Evaluate form (the key in its password field), wait until the job has finished; the page text."""
     page.goto(base + "/evaluate")
     open_page(page, "Evaluate an endpoint")
-    page.get_by_label("Endpoint name (a ladder step)").fill("job-step")
-    page.get_by_label("Base URL").fill(up_url)
-    page.get_by_label("Model (as /v1/models lists it)").fill("fake-model")
-    page.get_by_label("Limit (first N items; 0 = the task's default)").fill(str(JOB_LIMIT))
-    page.get_by_label("GSM8K data file or folder (optional)").fill(GSM8K_TEST)
+    page.get_by_role("textbox", name="Name for this step").fill("job-step")
+    page.get_by_label("Server address (OpenAI-compatible)").fill(up_url)
+    page.get_by_label("Model name, as the server lists it at /v1/models").fill("fake-model")
+    page.get_by_role("spinbutton", name="Questions per task (0 = all: 400 GSM8K, 164 HumanEval)").fill(str(JOB_LIMIT))
+    page.get_by_role("textbox", name="GSM8K questions file or folder on this machine (optional)").fill(GSM8K_TEST)
     page.get_by_label("API key (optional; not stored)").fill(key)
     page.get_by_role("button", name="Start evaluation").click()
     expect(page.get_by_text("Started: evalsvc run --endpoint job-step")).to_be_visible()
@@ -308,7 +308,7 @@ def test_no_secret_on_a_page_in_a_log_in_a_process_list_or_in_the_store(
 
     # The watch really saw every kind of child while it ran.
     assert watch.scans > 10
-    for fragment in ("streamlit run", "dashboard.background", "tests.fake_openai --port"):
+    for fragment in ("dashboard.serve run", "dashboard.background", "tests.fake_openai --port"):
         assert watch.saw(fragment), fragment
     # Only the command this test itself typed with the password may show it (`evalsvc dashboard --db URL`; also its
     # children between fork and exec).
