@@ -23,9 +23,21 @@ def broken(task_id: str) -> bool:
     return int(task_id.split("/")[1]) % 3 == 0
 
 
-def respond(body: dict[str, Any]) -> Reply:
+def asked_problem(body: dict[str, Any]) -> dict[str, Any]:
+    """The HumanEval problem whose prompt the request carries."""
     text = body["messages"][-1]["content"]
-    problem = next(p for p in PROBLEMS.values() if p["prompt"] in text)
+    return next(p for p in PROBLEMS.values() if p["prompt"] in text)
+
+
+def answer_with(problem: dict[str, Any], bodies: dict[str, str]) -> Reply:
+    """The attack `bodies` holds for this problem, else its canonical solution."""
+    code = bodies.get(problem["task_id"], "").format(name=problem["entry_point"])
+    code = code or problem["prompt"] + problem["canonical_solution"]
+    return Reply(text=f"```python\n{code}```", completion_tokens=10)
+
+
+def respond(body: dict[str, Any]) -> Reply:
+    problem = asked_problem(body)
     body_code = "    return None\n" if broken(problem["task_id"]) else problem["canonical_solution"]
     code = problem["prompt"] + body_code
     return Reply(text=f"Here is the function:\n```python\n{code}```\nIt works.", completion_tokens=len(code) // 4)
@@ -50,13 +62,7 @@ KILLS_ITS_CHECKER = "import os, signal\ndef {name}(*args):\n    os.kill(os.getpp
 
 def respond_hostile(body: dict[str, Any]) -> Reply:
     """Problems 0 and 2 answer with code that kills the checker (no verdict comes back); the rest are canonical."""
-    text = body["messages"][-1]["content"]
-    problem = next(p for p in PROBLEMS.values() if p["prompt"] in text)
-    if problem["task_id"] in ("HumanEval/0", "HumanEval/2"):
-        code = KILLS_ITS_CHECKER.format(name=problem["entry_point"])
-    else:
-        code = problem["prompt"] + problem["canonical_solution"]
-    return Reply(text=f"```python\n{code}```", completion_tokens=10)
+    return answer_with(asked_problem(body), {"HumanEval/0": KILLS_ITS_CHECKER, "HumanEval/2": KILLS_ITS_CHECKER})
 
 
 def test_a_sandbox_failure_is_an_error_row_never_a_wrong_answer(db_path: str) -> None:
@@ -162,11 +168,7 @@ HOSTILE_BODIES = {
 
 
 def respond_with_attacks(body: dict[str, Any]) -> Reply:
-    text = body["messages"][-1]["content"]
-    problem = next(p for p in PROBLEMS.values() if p["prompt"] in text)
-    code = HOSTILE_BODIES.get(problem["task_id"], "").format(name=problem["entry_point"])
-    code = code or problem["prompt"] + problem["canonical_solution"]
-    return Reply(text=f"```python\n{code}```", completion_tokens=10)
+    return answer_with(asked_problem(body), HOSTILE_BODIES)
 
 
 def test_a_run_survives_hostile_verdict_content_and_stores_every_item_bounded(db_path: str) -> None:
