@@ -102,3 +102,39 @@ class Item(Base):
         UniqueConstraint("run_id", "item_id", name="uq_item_per_run"),
         Index("ix_items_run_status", "run_id", "status"),
     )
+
+
+class SpeedRun(Base):
+    """One speed measurement of an endpoint on a workload, or a hand-entered figure with its provenance."""
+
+    __tablename__ = "speed_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id"), index=True)
+    workload: Mapped[str] = mapped_column(String(20))
+    measured: Mapped[bool] = mapped_column()
+    source: Mapped[str] = mapped_column(Text)
+    max_tokens: Mapped[Optional[int]] = mapped_column(Integer)
+    decode_tps_by_hand: Mapped[Optional[float]] = mapped_column(Float)
+    ttft_s_by_hand: Mapped[Optional[float]] = mapped_column(Float)
+    spec_stats: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SpeedSampleRow(Base):
+    """One streamed request of a measured speed run (failed ones too)."""
+
+    __tablename__ = "speed_samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    speed_run_id: Mapped[int] = mapped_column(ForeignKey("speed_runs.id", ondelete="CASCADE"), index=True)
+    prompt_id: Mapped[str] = mapped_column(String(100))
+    ttft_s: Mapped[Optional[float]] = mapped_column(Float)
+    decode_tps: Mapped[Optional[float]] = mapped_column(Float)
+    output_tokens: Mapped[Optional[int]] = mapped_column(Integer)
+    token_source: Mapped[Optional[str]] = mapped_column(String(10))
+    total_s: Mapped[float] = mapped_column(Float, default=0.0)
+    finish_reason: Mapped[Optional[str]] = mapped_column(String(50))
+    accept_length: Mapped[Optional[float]] = mapped_column(Float)
+    reasoning_tokens: Mapped[Optional[int]] = mapped_column(Integer)
+    error: Mapped[Optional[str]] = mapped_column(Text)

@@ -234,18 +234,6 @@ _DELETE_ERROR_ROWS = delete(_ITEMS).where(
 )
 
 
-def save_item(
-    session: Session,
-    run_id: int,
-    sample: Sample,
-    request: Request,
-    completion: Completion,
-    result: ItemResult | None,
-) -> None:
-    """Write one item in its own transaction, replacing an earlier error row for it."""
-    save_items(session, run_id, [item_values(run_id, sample, request, completion, result)])
-
-
 def save_items(bind: Session | Connection, run_id: int, rows: list[dict[str, Any]]) -> None:
     """Write finished items (from `item_values`) in one transaction, replacing earlier error rows for them.
 
@@ -323,12 +311,6 @@ def error_values(row: dict[str, Any], reason: str) -> dict[str, Any]:
     """
     return {**row, **dict.fromkeys(_UNKNOWN_WHEN_UNSTORED), "status": "error", "completion": "", "truncated": False,
             "detail": {}, "error": _clean_text(reason[:1000]), "created_at": utcnow()}
-
-
-def item_row(
-    run_id: int, sample: Sample, request: Request, completion: Completion, result: ItemResult | None
-) -> Item:
-    return Item(**item_values(run_id, sample, request, completion, result))
 
 
 def _clean_optional(text: str | None) -> str | None:

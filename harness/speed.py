@@ -47,7 +47,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import numpy as np
@@ -57,11 +57,10 @@ from harness.client import usage_reasoning_field
 from harness.redact import mask_text
 from harness.response import STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, shown, token_bound
 from harness.sglang_stats import SpecStats, read_spec_snapshot, spec_stats_between
-from harness.types import DecodingSettings, Mode, Request
+from harness.types import DecodingSettings, Mode, Request, SpeedSample, TokenSource
 
 logger = logging.getLogger(__name__)
 
-TokenSource = Literal["usage", "chunks"]
 PromptLike = Request | ChatPrompt | Sequence[Mapping[str, str]] | str
 
 # SGLang's request field for per-request speculative statistics (a last `sglext` chunk in a stream).
@@ -75,34 +74,8 @@ WARMUP_MAX_TOKENS = 16
 # length ratio over cut answers understates how much more a step writes.
 PROBE_MAX_TOKENS = DecodingSettings().max_tokens
 
-DECODE_TPS_DEFINITION = (
-    "decode tokens per second = (output tokens - 1) / (arrival of last text chunk - arrival of first text chunk)"
-)
-
-
 class SpeedProbeError(Exception):
     """The probe cannot be set up (bad prompt shape for the chosen mode)."""
-
-
-@dataclass(frozen=True)
-class SpeedSample:
-    """Timing of one streamed request. `error` set means no speed was measured."""
-
-    index: int
-    ttft_s: float | None = None
-    decode_tps: float | None = None
-    output_tokens: int | None = None
-    token_source: TokenSource | None = None
-    text_chunks: int = 0
-    total_s: float = 0.0
-    finish_reason: str | None = None
-    accept_length: float | None = None
-    reasoning_tokens: int | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
-"""Records that flow through one evaluation item.
+"""Records shared by every layer: what flows through one evaluation item, and one speed sample.
 
-`Sample` -> `Request` -> `Completion` -> `ItemResult`. All frozen: a record is
-built once and never edited, so a stored row always matches what was scored.
+`Sample` -> `Request` -> `Completion` -> `ItemResult`; `SpeedSample` is one
+timed streaming request. All frozen: a record is built once and never edited,
+so a stored row always matches what was scored or measured. This module
+imports nothing heavier than the standard library, so the store and the
+statistics can use the records without loading the HTTP client.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Mode = Literal["chat", "completions"]
+TokenSource = Literal["usage", "chunks"]  # where a speed sample's token count came from
 
 
 def stable_hash(*parts: str) -> str:
@@ -103,3 +107,27 @@ class ItemResult:
     extracted_strict: str | None = None
     extracted_flexible: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpeedSample:
+    """Timing of one streamed request (`harness.speed` says how each figure is measured).
+
+    `error` set means no speed was measured.
+    """
+
+    index: int
+    ttft_s: float | None = None
+    decode_tps: float | None = None
+    output_tokens: int | None = None
+    token_source: TokenSource | None = None
+    text_chunks: int = 0
+    total_s: float = 0.0
+    finish_reason: str | None = None
+    accept_length: float | None = None
+    reasoning_tokens: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

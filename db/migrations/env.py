@@ -2,7 +2,6 @@
 
 from alembic import context
 
-import db.speed  # noqa: F401  (registers the speed tables on Base.metadata)
 from db.models import Base
 
 connection = context.config.attributes.get("connection")

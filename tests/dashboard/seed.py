@@ -42,8 +42,7 @@ from typing import Any
 from db import queries
 from db.engine import Store, open_store
 from db.speed import add_speed_by_hand, add_speed_run
-from harness.speed import SpeedSample
-from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, stable_hash
+from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, SpeedSample, stable_hash
 
 STEPS = ("bf16", "int4", "int4-spec", "int4-spec-kernel")
 GSM8K_N = 400
@@ -166,8 +165,7 @@ def add_run(
             "dataset_hash": stable_hash(*(s.item_hash for s in samples)), "n_items": len(samples),
         }
         run, _ = queries.open_run(session, row, fields, new_repeat=repeat)
-        session.add_all(_item(run.id, s, o) for s, o in zip(samples, outcomes))
-        session.commit()
+        queries.save_items(session, run.id, [_item(run.id, s, o) for s, o in zip(samples, outcomes)])
         queries.finish_run(session, run.id, status)
         if finished_at is not None:
             run.finished_at = finished_at
@@ -175,7 +173,7 @@ def add_run(
         return run.id
 
 
-def _item(run_id: int, sample: Sample, outcome: Outcome) -> Any:
+def _item(run_id: int, sample: Sample, outcome: Outcome) -> dict[str, Any]:
     request = Request(mode="chat", messages=({"role": "user", "content": sample.prompt},))
     completion = Completion(
         text=outcome.text, prompt_tokens=40, completion_tokens=outcome.tokens, finish_reason=outcome.finish_reason,
@@ -184,7 +182,7 @@ def _item(run_id: int, sample: Sample, outcome: Outcome) -> Any:
     result = None
     if outcome.error is None:
         result = ItemResult(outcome.correct, outcome.extracted, outcome.extracted, outcome.extracted, outcome.detail or {})
-    return queries.item_row(run_id, sample, request, completion, result)
+    return queries.item_values(run_id, sample, request, completion, result)
 
 
 def seed_store(db: str) -> Store:

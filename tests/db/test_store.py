@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import os
 import pkgutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +51,7 @@ def sample(item_id: str = "gsm8k/test/0000", prompt: str = "What is 2+2?", refer
 def save(store: Store, run_id: int, s: Sample, completion: Completion, result: ItemResult | None) -> None:
     request = Request(mode="chat", messages=({"role": "user", "content": s.prompt},))
     with store.session() as session:
-        queries.save_item(session, run_id, s, request, completion, result)
+        queries.save_items(session, run_id, [queries.item_values(run_id, s, request, completion, result)])
 
 
 def latest_revision() -> str:
@@ -68,6 +72,31 @@ def all_models() -> set[str]:
     for module in pkgutil.iter_modules(db.__path__):
         importlib.import_module(f"db.{module.name}")
     return set(Base.metadata.tables)
+
+
+def test_every_table_is_declared_in_models_py() -> None:
+    """One place to read the schema: no other db module declares a mapped class."""
+    db_dir = VERSIONS.parents[1]
+    elsewhere = [
+        f"{path.name}: {node.name}"
+        for path in sorted(db_dir.glob("*.py")) if path.name != "models.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base) in ("Base", "DeclarativeBase") for base in node.bases)
+    ]
+    assert elsewhere == []
+    assert {"speed_runs", "speed_samples", "endpoints", "runs", "items"} <= set(Base.metadata.tables)
+
+
+def test_importing_the_store_does_not_load_the_http_client() -> None:
+    """The store needs the shared records only (`harness.types`), never the client that fetches them."""
+    import db
+
+    modules = ", ".join(f"db.{m.name}" for m in pkgutil.iter_modules(db.__path__))
+    code = f"import sys, {modules}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'httpx'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=VERSIONS.parents[2], env={**os.environ, "PYTHONPATH": str(VERSIONS.parents[2])})
+    assert "db.speed" in modules or "db.queries" in modules
+    assert out.stdout.strip() == "[]"
 
 
 def test_migrations_build_exactly_the_models_on_an_empty_store(store: Store) -> None:
@@ -122,7 +151,7 @@ def test_a_second_run_with_the_same_identity_and_repeat_is_refused(store: Store)
                                        "started_at": queries.utcnow()})
 
 
-def test_item_round_trips_through_save_item(store: Store) -> None:
+def test_item_round_trips_through_save_items(store: Store) -> None:
     run_id = make_run(store)
     completion = Completion(text="Steps. The answer is 4.", reasoning_text="think", prompt_tokens=11,
                             completion_tokens=17, reasoning_tokens=5, finish_reason="length", latency_s=0.25,

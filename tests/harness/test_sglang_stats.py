@@ -24,7 +24,8 @@ from harness.sglang_stats import (
     spec_stats_between,
 )
 from harness.sglang_stats import SpecStats
-from harness.speed import WARMUP_PROMPT, SpeedSample, probe_speed_with_spec
+from harness.speed import WARMUP_PROMPT, probe_speed_with_spec
+from harness.types import SpeedSample
 from tests.fake_openai import FakeOpenAI, FakeSGLang, Reply, sglang_fixture
 
 INFO = sglang_fixture("server_info.json")["responses"]

@@ -20,12 +20,11 @@ from harness.chat_prompts import ChatPromptError, builtin_prompts_path, load_cha
 from harness.speed import (
     WARMUP_MAX_TOKENS,
     WARMUP_PROMPT,
-    SpeedSample,
     accept_length_from_meta,
     probe_speed,
     summarize_speed,
 )
-from harness.types import Request
+from harness.types import Request, SpeedSample
 from tests.streaming_server import StreamingServer, StreamScript, serve_stream
 
 ROOT = Path(__file__).resolve().parents[2]
