@@ -19,6 +19,7 @@ from db.models import Endpoint, Item, Run, utcnow
 from harness.errors import UserError
 from harness.redact import mask_url, scrub, strip_credentials
 from harness.types import Completion, ItemResult, Request, Sample
+from harness.urls import normalize_base_url
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,13 +92,15 @@ def upsert_endpoint(
 ) -> Endpoint:
     """The endpoint called `name`, created or refreshed. A name stays bound to one model and one URL.
 
-    Another URL for a stored name is refused (the stored URL is what its earlier runs were measured at)
-    unless `new_url` says the endpoint moved; the URL it had is then kept in its metadata. Nothing secret
-    is stored: the URL loses its user part and key parameters, and credential fields of the fingerprint
+    The URL is stored in its one spelling (`harness.urls.normalize_base_url`), whoever stores it. Another
+    URL for a stored name is refused (the stored URL is what its earlier runs were measured at) unless
+    `new_url` says the endpoint moved; the URL it had is then kept in its metadata. Nothing secret is
+    stored: the URL loses its user part and key parameters, and credential fields of the fingerprint
     (SGLang's server info lists its `api_key`) and metadata are masked.
     """
     check_endpoint_name(name)
-    base_url, fingerprint, metadata = strip_credentials(base_url), scrub(fingerprint), scrub(metadata)
+    base_url = normalize_base_url(strip_credentials(base_url))
+    fingerprint, metadata = scrub(fingerprint), scrub(metadata)
     endpoint = session.scalar(select(Endpoint).where(Endpoint.name == name))
     if endpoint is None:
         endpoint = Endpoint(name=name, base_url=base_url, model=model, fingerprint=fingerprint, metadata_=metadata)
@@ -105,7 +108,7 @@ def upsert_endpoint(
         session.flush()
         return endpoint
     check_same_endpoint(endpoint, base_url, model, new_url)
-    if endpoint.base_url != base_url:
+    if normalize_base_url(endpoint.base_url) != base_url:
         moves = [*endpoint.metadata_.get("earlier_urls", []), {"url": endpoint.base_url, "until": utcnow().isoformat()}]
         metadata = {**metadata, "earlier_urls": moves}
     endpoint.base_url = base_url
@@ -122,7 +125,8 @@ def check_same_endpoint(endpoint: Endpoint, base_url: str, model: str, new_url: 
             f"endpoint {endpoint.name!r} was stored with model {endpoint.model!r}, not {model!r}; "
             "use a new --endpoint name for a different model"
         )
-    if endpoint.base_url != base_url and not new_url:
+    # Stores written before URLs had one spelling may hold `http://h:p`; it is the same server as `http://h:p/v1`.
+    if normalize_base_url(endpoint.base_url) != normalize_base_url(base_url) and not new_url:
         raise EndpointConflict(
             f"endpoint {endpoint.name!r} was stored at {mask_url(endpoint.base_url)}, not {mask_url(base_url)}; "
             "use a new --endpoint name for another server, or add --new-url if this endpoint moved"

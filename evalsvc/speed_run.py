@@ -19,9 +19,9 @@ from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
 from harness.errors import UserError
-from harness.speed import PROBE_MAX_TOKENS, SpeedSample, probe_speed_with_spec
+from harness.speed import PROBE_MAX_TOKENS, SpeedSample, probe_speed
 from harness.tasks import get_task, pick_template
-from harness.types import Request
+from harness.types import DecodingSettings, Request
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,9 @@ async def _probe(base_url: str, model: str, requests: list[Request], plan: Speed
         bar.update(1)
 
     try:
-        return await probe_speed_with_spec(base_url, model, requests, mode=requests[0].mode,
-                                           max_tokens=plan.max_tokens, api_key=plan.api_key, on_sample=report)
+        return await probe_speed(base_url, model, requests, mode=requests[0].mode,
+                                 decoding=DecodingSettings(max_tokens=plan.max_tokens), api_key=plan.api_key,
+                                 on_sample=report)
     finally:
         bar.close()
 

@@ -27,6 +27,7 @@ from harness.response import (
 )
 from harness.sglang_stats import MODEL_INFO_ROUTES, SERVER_INFO_ROUTES, fetch_native
 from harness.types import Completion, DecodingSettings, Request
+from harness.urls import normalize_base_url
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,25 @@ class RetryPolicy:
         return min(backoff, self.max_delay_s) * (0.5 + random.random() / 2)
 
 
-def normalize_base_url(url: str) -> str:
-    """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean `http://h:p/v1`."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
+def request_body(request: Request, model: str, settings: DecodingSettings) -> dict[str, Any]:
+    """The JSON body of one request: greedy, seeded, with a generous token cap (`DecodingSettings`).
+
+    The one place a request's sampling settings are spelt; the speed probe streams the same body.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "seed": settings.seed,
+        "max_tokens": settings.max_tokens,
+    }
+    if request.mode == "chat":
+        body["messages"] = list(request.messages)
+    else:
+        body["prompt"] = request.prompt
+    if request.stop:
+        body["stop"] = list(request.stop)
+    return body
 
 
 class EndpointClient:
@@ -156,21 +172,8 @@ class EndpointClient:
     # -- generation ---------------------------------------------------------
 
     def build_body(self, request: Request, settings: DecodingSettings) -> dict[str, Any]:
-        """The JSON body sent for `request`: greedy, seeded, with a generous token cap."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "temperature": settings.temperature,
-            "top_p": settings.top_p,
-            "seed": settings.seed,
-            "max_tokens": settings.max_tokens,
-        }
-        if request.mode == "chat":
-            body["messages"] = list(request.messages)
-        else:
-            body["prompt"] = request.prompt
-        if request.stop:
-            body["stop"] = list(request.stop)
-        return body
+        """The JSON body sent for `request` to this endpoint's model."""
+        return request_body(request, self.model, settings)
 
     async def complete(self, request: Request, settings: DecodingSettings) -> Completion:
         """Send `request`, retrying what is retryable; never raises for a per-request failure."""

@@ -43,6 +43,8 @@ from typing import Any
 
 import httpx
 
+from harness.urls import server_root
+
 logger = logging.getLogger(__name__)
 
 # Current route first, then the deprecated alias that older builds serve alone.
@@ -187,12 +189,6 @@ def _is_number(value: Any) -> bool:
 
 
 # ---------------------------------------------------------------- reading (HTTP)
-
-
-def server_root(base_url: str) -> str:
-    """The server root (without `/v1`), where SGLang's native routes live."""
-    root = base_url.rstrip("/")
-    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 async def read_spec_snapshot(

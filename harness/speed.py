@@ -30,7 +30,7 @@ that is not an object, or SGLang's ``abort``. An unknown finish_reason is
 stored as None. Requests
 are not retried, because a retry would hide the failure in the timing.
 
-SGLang extras (``probe_speed_with_spec``): on an SGLang server the measured
+SGLang extras (``probe_speed(read_server_stats=True)``): on an SGLang server the measured
 requests ask for ``return_spec_tokens_details``, and SGLang (0.5.23) answers
 with a last ``sglext.spec_tokens_details`` chunk holding the request's own
 ``spec_accept_length`` (completion tokens / verify steps); that becomes
@@ -46,18 +46,19 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 import httpx
 import numpy as np
 
 from harness.chat_prompts import ChatPrompt
-from harness.client import usage_reasoning_field
+from harness.client import request_body, usage_reasoning_field
 from harness.redact import mask_text
 from harness.response import STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, shown, token_bound
 from harness.sglang_stats import SpecStats, read_spec_snapshot, spec_stats_between
 from harness.types import DecodingSettings, Mode, Request, SpeedSample, TokenSource
+from harness.urls import api_url
 
 logger = logging.getLogger(__name__)
 
@@ -115,44 +116,34 @@ class _StreamState:
 # ---------------------------------------------------------------- requests
 
 
-def api_url(base_url: str, path: str) -> str:
-    """`path` under the OpenAI-compatible root; accepts a base with or without `/v1`."""
-    root = base_url.rstrip("/")
-    if not root.endswith("/v1"):
-        root += "/v1"
-    return f"{root}/{path.lstrip('/')}"
+def build_stream_body(prompt: PromptLike, model: str, mode: Mode, decoding: DecodingSettings) -> dict[str, Any]:
+    """The JSON body of one streaming request, asking for usage in the last chunk.
+
+    Built by the accuracy runs' `request_body` from the same `DecodingSettings` and stop sequences, so
+    the probe measures the requests that were scored and the lengths match.
+    """
+    body = request_body(as_request(prompt, mode), model, decoding)
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
 
-def build_stream_body(prompt: PromptLike, model: str, mode: Mode, max_tokens: int) -> dict[str, Any]:
-    """The JSON body of one greedy streaming request, asking for usage in the last chunk."""
-    body: dict[str, Any] = {
-        "model": model,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "max_tokens": max_tokens,
-    }
+def as_request(prompt: PromptLike, mode: Mode) -> Request:
+    """The `Request` a prompt stands for in `mode`; a `Request` keeps its stop sequences."""
+    stop = prompt.stop if isinstance(prompt, Request) else ()
     if mode == "chat":
-        body["messages"] = _messages_of(prompt)
-    else:
-        body["prompt"] = _prompt_text_of(prompt)
-    # Same stop sequences as the accuracy run, so lengths match what was scored.
-    if isinstance(prompt, Request) and prompt.stop:
-        body["stop"] = list(prompt.stop)
-    return body
+        return Request(mode, messages=_messages_of(prompt), stop=stop)
+    return Request(mode, prompt=_prompt_text_of(prompt), stop=stop)
 
 
-def _messages_of(prompt: PromptLike) -> list[dict[str, str]]:
+def _messages_of(prompt: PromptLike) -> tuple[dict[str, str], ...]:
     if isinstance(prompt, ChatPrompt):
-        return [dict(m) for m in prompt.messages]
+        return tuple(dict(m) for m in prompt.messages)
     if isinstance(prompt, Request):
         if not prompt.messages:
             raise SpeedProbeError(f"chat mode needs messages; request has mode {prompt.mode!r} and none")
-        return [dict(m) for m in prompt.messages]
+        return tuple(dict(m) for m in prompt.messages)
     if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    return [dict(m) for m in prompt]
+        return ({"role": "user", "content": prompt},)
+    return tuple(dict(m) for m in prompt)
 
 
 def _prompt_text_of(prompt: PromptLike) -> str:
@@ -347,63 +338,50 @@ async def _stream_one(
     return _sample_from_state(index, state, t_start, time.perf_counter())
 
 
+class SpeedProbe(NamedTuple):
+    """What one probe measured: a sample per prompt, and SGLang's speculative figures (None elsewhere)."""
+
+    samples: list[SpeedSample]
+    spec: SpecStats | None
+
+
 async def probe_speed(
     base_url: str,
     model: str,
     prompts: Sequence[PromptLike],
     mode: Mode = "chat",
-    max_tokens: int = PROBE_MAX_TOKENS,
-    api_key: str | None = None,
-    warmup: int = 1,
-    timeout_s: float = 600.0,
-    on_sample: Callable[[SpeedSample], None] | None = None,
-    client: httpx.AsyncClient | None = None,
-) -> list[SpeedSample]:
-    """Stream each prompt one at a time and time it; one `SpeedSample` per prompt.
-
-    `prompts` are `Request`s, `ChatPrompt`s, chat message lists, or plain strings (a single
-    user turn in chat mode, the raw prompt in completions mode). First,
-    `warmup` requests with `WARMUP_PROMPT` are sent and their timings
-    discarded, so graph capture or allocator warm-up on a fresh server does
-    not count. A server's prefix cache still shortens TTFT for prompts that
-    share a prefix (few-shot templates); that is the repeated-use case.
-    `on_sample` is called after each measured request (for progress output).
-    """
-    samples, _ = await probe_speed_with_spec(
-        base_url, model, prompts, mode, max_tokens, api_key, warmup, timeout_s, on_sample, client,
-        read_server_stats=False,
-    )
-    return samples
-
-
-async def probe_speed_with_spec(
-    base_url: str,
-    model: str,
-    prompts: Sequence[PromptLike],
-    mode: Mode = "chat",
-    max_tokens: int = PROBE_MAX_TOKENS,
+    decoding: DecodingSettings = DecodingSettings(),
     api_key: str | None = None,
     warmup: int = 1,
     timeout_s: float = 600.0,
     on_sample: Callable[[SpeedSample], None] | None = None,
     client: httpx.AsyncClient | None = None,
     read_server_stats: bool = True,
-) -> tuple[list[SpeedSample], SpecStats | None]:
-    """`probe_speed`, plus SGLang's speculative-decoding figures for exactly the measured requests.
+) -> SpeedProbe:
+    """Stream each prompt one at a time and time it; one `SpeedSample` per prompt.
 
-    After the warm-up and again after the last measured request the server's
-    state is read (`harness.sglang_stats.read_spec_snapshot`); when the server
-    is SGLang the measured requests also ask for their own statistics. The
-    stats are None for other servers and without speculative decoding.
+    `prompts` are `Request`s, `ChatPrompt`s, chat message lists, or plain strings (a single
+    user turn in chat mode, the raw prompt in completions mode), sent with `decoding` (the
+    accuracy runs' settings by default). First, `warmup` requests with `WARMUP_PROMPT` are sent
+    and their timings discarded, so graph capture or allocator warm-up on a fresh server does
+    not count. A server's prefix cache still shortens TTFT for prompts that share a prefix
+    (few-shot templates); that is the repeated-use case. `on_sample` is called after each
+    measured request (for progress output).
+
+    With `read_server_stats`, the server's state is read after the warm-up and again after the
+    last measured request (`harness.sglang_stats.read_spec_snapshot`); when the server is SGLang
+    the measured requests also ask for their own statistics. `spec` is None for other servers
+    and without speculative decoding.
     """
     url = api_url(base_url, "chat/completions" if mode == "chat" else "completions")
-    bodies = [build_stream_body(p, model, mode, max_tokens) for p in prompts]
+    bodies = [build_stream_body(p, model, mode, decoding) for p in prompts]
+    warm_body = build_stream_body(WARMUP_PROMPT, model, mode, replace(decoding, max_tokens=WARMUP_MAX_TOKENS))
     headers = _headers(api_key)
     auth = {k: v for k, v in headers.items() if k == "Authorization"}
     owned = client is None
     http = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
     try:
-        await _warm_up(http, url, build_stream_body(WARMUP_PROMPT, model, mode, WARMUP_MAX_TOKENS), headers, warmup)
+        await _warm_up(http, url, warm_body, headers, warmup)
         before = await read_spec_snapshot(http, base_url, auth) if read_server_stats else None
         extra = SGLANG_SPEC_DETAILS if before is not None else {}
         samples = await _measure(http, url, [{**body, **extra} for body in bodies], headers, on_sample)
@@ -412,7 +390,7 @@ async def probe_speed_with_spec(
         if owned:
             await http.aclose()
     stats = spec_stats_between(before, after) if before is not None and after is not None else None
-    return samples, stats
+    return SpeedProbe(samples, stats)
 
 
 async def _warm_up(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], n: int) -> None:

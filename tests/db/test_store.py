@@ -151,6 +151,29 @@ def test_a_second_run_with_the_same_identity_and_repeat_is_refused(store: Store)
                                        "started_at": queries.utcnow()})
 
 
+@pytest.mark.parametrize("spelling", ["http://127.0.0.1:7/", "http://127.0.0.1:7/v1/", "http://127.0.0.1:7"])
+def test_every_spelling_of_an_endpoint_url_is_stored_as_one(store: Store, spelling: str) -> None:
+    """Whoever stores the endpoint (a run, a speed measurement), one server has one stored URL and no false move."""
+    with store.session() as session:
+        queries.upsert_endpoint(session, "step", "http://127.0.0.1:7/v1", "m", {}, {})
+        session.commit()
+        again = queries.upsert_endpoint(session, "step", spelling, "m", {}, {})
+        session.commit()
+        assert (again.base_url, "earlier_urls" in again.metadata_) == ("http://127.0.0.1:7/v1", False)
+        with pytest.raises(queries.EndpointConflict, match="use a new --endpoint name"):
+            queries.upsert_endpoint(session, "step", "http://127.0.0.1:8", "m", {}, {})
+
+
+def test_an_endpoint_stored_with_its_url_spelt_otherwise_is_the_same_endpoint(store: Store) -> None:
+    with store.session() as session:
+        queries.upsert_endpoint(session, "old", "http://127.0.0.1:7/v1", "m", {}, {})
+        session.commit()
+        session.execute(text("update endpoints set base_url = 'http://127.0.0.1:7' where name = 'old'"))
+        session.commit()
+        endpoint = queries.upsert_endpoint(session, "old", "http://127.0.0.1:7/", "m", {}, {})
+        assert (endpoint.base_url, "earlier_urls" in endpoint.metadata_) == ("http://127.0.0.1:7/v1", False)
+
+
 def test_item_round_trips_through_save_items(store: Store) -> None:
     run_id = make_run(store)
     completion = Completion(text="Steps. The answer is 4.", reasoning_text="think", prompt_tokens=11,

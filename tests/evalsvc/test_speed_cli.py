@@ -99,3 +99,28 @@ def test_speed_on_sglang_stores_and_prints_the_probes_acceptance_apart_from_the_
     assert "accept length 2.00 mean over 2 requests" in text
     assert "accept length 2.00 over this probe (48 tokens / 24 verify steps)" in text
     assert "server's average since it started (not this probe's)" in text
+
+
+@pytest.mark.parametrize("spelling", ["http://127.0.0.1:{port}", "http://127.0.0.1:{port}/v1/"])
+def test_a_run_and_a_speed_measurement_store_one_url_for_one_server(db_path: str, spelling: str) -> None:
+    """`evalsvc run` and `evalsvc speed` given the same address store the same URL, so the one can follow the other."""
+    from sqlalchemy import select
+
+    from db.engine import open_store
+    from db.models import Endpoint
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        url = spelling.format(port=server.port)
+        ran = run_cli("run", "--endpoint", "ran", "--url", url, "--model", "fake-model", "--data", GSM8K_TEST,
+                      "--limit", "2", "--no-progress", "--db", db_path)
+        measured = run_cli("speed", "--endpoint", "measured", "--url", url, "--model", "fake-model",
+                           "--workload", "chat", "--n", "2", "--db", db_path)
+        followed = run_cli("speed", "--endpoint", "ran", "--url", url, "--model", "fake-model",
+                           "--workload", "chat", "--n", "2", "--db", db_path)
+    assert (ran.exit_code, measured.exit_code, followed.exit_code) == (0, 0, 0), ran.output + measured.output + followed.output
+    store = open_store(db_path)
+    with store.session() as session:
+        stored = {e.name: (e.base_url, e.metadata_.get("earlier_urls")) for e in session.scalars(select(Endpoint))}
+    store.dispose()
+    assert stored == {"ran": (server.base_url, None), "measured": (server.base_url, None)}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.client import EndpointClient, EndpointError, RetryPolicy, normalize_base_url
+from harness.client import EndpointClient, EndpointError, RetryPolicy
 from harness.types import Completion, DecodingSettings, Request
 from tests.fake_openai import Fault, FakeOpenAI, FakeSGLang, Reply, sglang_fixture
 
@@ -206,13 +206,6 @@ def test_fingerprint_reads_sglangs_current_routes_first() -> None:
     assert (current["server_info"]["version"], current["model_info"]["reasoning_parser"]) == ("0.5.23", "qwen3")
     assert "/get_server_info" not in gets and "/get_model_info" not in gets
     assert other == {"models": ["fake-model"], "engine": "openai-compatible"}
-
-
-@pytest.mark.parametrize(("given", "expected"), [
-    ("http://h:1", "http://h:1/v1"), ("http://h:1/", "http://h:1/v1"), ("http://h:1/v1/", "http://h:1/v1"),
-])
-def test_normalize_base_url(given: str, expected: str) -> None:
-    assert normalize_base_url(given) == expected
 
 
 # ---------------------------------------------------------------- reasoning tokens, as SGLang and OpenAI report them

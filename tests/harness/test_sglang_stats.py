@@ -24,8 +24,8 @@ from harness.sglang_stats import (
     spec_stats_between,
 )
 from harness.sglang_stats import SpecStats
-from harness.speed import WARMUP_PROMPT, probe_speed_with_spec
-from harness.types import SpeedSample
+from harness.speed import WARMUP_PROMPT, probe_speed
+from harness.types import DecodingSettings, SpeedSample
 from tests.fake_openai import FakeOpenAI, FakeSGLang, Reply, sglang_fixture
 
 INFO = sglang_fixture("server_info.json")["responses"]
@@ -43,7 +43,7 @@ def spec_responder(body: dict[str, Any]) -> Reply:
 
 
 def run_probe(server: FakeOpenAI, prompts: list[str] = PROMPTS) -> tuple[list[SpeedSample], SpecStats | None]:
-    return asyncio.run(probe_speed_with_spec(server.base_url, "fake-model", prompts, max_tokens=64, warmup=1))
+    return asyncio.run(probe_speed(server.base_url, "fake-model", prompts, decoding=DecodingSettings(max_tokens=64), warmup=1))
 
 
 # ---------------------------------------------------------------- parsing recorded responses

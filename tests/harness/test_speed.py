@@ -17,6 +17,7 @@ import pytest
 from scipy import stats
 
 from harness.chat_prompts import ChatPromptError, builtin_prompts_path, load_chat_prompts, messages_from_record
+from harness.client import request_body
 from harness.speed import (
     WARMUP_MAX_TOKENS,
     WARMUP_PROMPT,
@@ -24,7 +25,7 @@ from harness.speed import (
     probe_speed,
     summarize_speed,
 )
-from harness.types import Request, SpeedSample
+from harness.types import DecodingSettings, Request, SpeedSample
 from tests.streaming_server import StreamingServer, StreamScript, serve_stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def run_probe(script: StreamScript, prompts: list, **kwargs) -> tuple[list[Speed
 def run_probe_served(script: StreamScript, prompts: list, **kwargs) -> tuple[list[SpeedSample], StreamingServer]:
     """Samples and the server, whose `sent_at` holds the pacing it really served."""
     with serve_stream(script) as server:
-        samples = asyncio.run(probe_speed(server.base_url, "test-model", prompts, **kwargs))
+        samples = asyncio.run(probe_speed(server.base_url, "test-model", prompts, **kwargs)).samples
     return samples, server
 
 
@@ -55,7 +56,8 @@ def assert_tracks_served_pacing(sample: SpeedSample, server: StreamingServer, re
 
 def test_probe_measures_the_scripted_ttft_and_decode_speed() -> None:
     script = StreamScript(ttft_s=0.2, interval_s=0.01, n_tokens=50)
-    samples, server = run_probe_served(script, ["What is 2+2?", "Name a colour."], max_tokens=64, warmup=1)
+    decoding = DecodingSettings(max_tokens=64, seed=7)
+    samples, server = run_probe_served(script, ["What is 2+2?", "Name a colour."], decoding=decoding, warmup=1)
     requests = server.requests
 
     assert len(samples) == 2
@@ -70,12 +72,14 @@ def test_probe_measures_the_scripted_ttft_and_decode_speed() -> None:
         assert sample.token_source == "usage"
         assert sample.finish_reason == "stop"
         assert sample.total_s >= sample.ttft_s + 0.45
-    # One warm-up plus two measured requests, each greedy, streamed, asking for usage.
+    # One warm-up plus two measured requests, each streamed, asking for usage, with the accuracy runs' body.
     assert len(requests) == 3
     for body in requests:
         assert body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
-        assert body["temperature"] == 0.0
+        assert (body["temperature"], body["top_p"], body["seed"]) == (0.0, 1.0, 7)
+    scored = request_body(Request("chat", ({"role": "user", "content": "What is 2+2?"},)), "test-model", decoding)
+    assert {k: v for k, v in requests[1].items() if not k.startswith("stream")} == scored
     assert [r["max_tokens"] for r in requests] == [WARMUP_MAX_TOKENS, 64, 64]
     # The warm-up must not be the first measured prompt (a prefix-cache hit would flatter its TTFT).
     assert requests[0]["messages"] == [{"role": "user", "content": WARMUP_PROMPT}]

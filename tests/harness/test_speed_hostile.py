@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from harness.speed import probe_speed, summarize_speed
+from harness.types import DecodingSettings
 from tests.fake_openai import Fault, FakeOpenAI, Reply
 
 TEXT = "one two three four five six"
@@ -35,7 +36,8 @@ def faults(_: int, body: dict[str, Any]) -> Fault | None:
 def test_hostile_streams_are_errors_and_the_summary_uses_only_trusted_samples() -> None:
     prompts = list(SCRIPTS)
     with FakeOpenAI(reply_for, faults=faults) as server:
-        samples = asyncio.run(probe_speed(server.base_url, "fake-model", prompts, max_tokens=64, warmup=0))
+        samples = asyncio.run(probe_speed(server.base_url, "fake-model", prompts, decoding=DecodingSettings(max_tokens=64),
+                                              warmup=0)).samples
     by_prompt = dict(zip(prompts, samples))
     for prompt, (_, error) in SCRIPTS.items():
         sample = by_prompt[prompt]
