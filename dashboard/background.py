@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from db.engine import DB_ENV, to_url
+from db.engine import DB_ENV, data_dir, to_url
 from evalsvc.interrupts import INTERRUPTED_EXIT_CODES
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url
@@ -103,8 +103,7 @@ def jobs_dir(db_url: str) -> Path:
         path = Path(url.split("///", 1)[1])
         return path.parent / f"{path.name}.dashboard-jobs"
     digest = hashlib.sha256(mask_url(url).encode()).hexdigest()[:12]  # the password changes nothing here
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "evalsvc" / "dashboard-jobs" / digest
+    return data_dir() / "dashboard-jobs" / digest
 
 
 def run_argv(request: EvalRequest) -> list[str]:

@@ -38,12 +38,19 @@ class NoStore(StoreError):
     """There is no evalsvc store at the URL yet (and the caller asked not to make one)."""
 
 
+def data_dir() -> Path:
+    """The user's evalsvc data folder (the default store, the dashboard's jobs): $XDG_DATA_HOME/evalsvc."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "evalsvc"
+
+
+DEFAULT_DB_SHOWN = "~/.local/share/evalsvc/evalsvc.db"  # how help texts name the default store file
+
+
 def default_db_url() -> str:
     """$EVALSVC_DB, else an SQLite file in the user's data folder."""
     if os.environ.get(DB_ENV):
         return os.environ[DB_ENV]
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "evalsvc"
-    return f"sqlite:///{base / 'evalsvc.db'}"
+    return f"sqlite:///{data_dir() / 'evalsvc.db'}"
 
 
 def to_url(db: str | None) -> str:

@@ -343,3 +343,16 @@ def test_response_issue_migration_makes_impossible_stored_counts_unknown(tmp_pat
         (None, None, "completion_tokens stored before checks was impossible"),
     ]
     assert (summary.unknown_tokens, summary.mean_completion_tokens) == (2, 17.0)
+
+
+def test_the_default_store_and_the_dashboard_jobs_live_in_one_data_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from db.engine import DB_ENV, DEFAULT_DB_SHOWN, data_dir, default_db_url
+
+    monkeypatch.delenv(DB_ENV, raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_db_url() == f"sqlite:///{Path(DEFAULT_DB_SHOWN).expanduser()}"  # what --help says is true
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert (data_dir(), default_db_url()) == (tmp_path / "xdg" / "evalsvc", f"sqlite:///{tmp_path / 'xdg/evalsvc/evalsvc.db'}")
