@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -22,7 +22,7 @@ from db.engine import Store
 from db.models import Item
 from evalsvc import tool_version
 from harness.client import EndpointClient
-from harness.errors import RESUME_HINT
+from harness.errors import EXIT_FAILED, RESUME_HINT, UserError
 from harness.tasks import PromptTemplate, Task, TaskError, get_task, pick_template
 from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, stable_hash
 
@@ -37,6 +37,12 @@ class RunInterrupted(Exception):
     def __init__(self, run_id: int) -> None:
         super().__init__(f"run {run_id} interrupted; {RESUME_HINT}")
         self.run_id = run_id
+
+
+class RunFailed(UserError):
+    """Runs ended without the results asked for: too many items failed, or no ladder step started."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 class IsolationMismatch(TaskError):

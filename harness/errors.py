@@ -37,6 +37,7 @@ class UserError(MaskedError):
     """Something the user must change; the message says what and how (masked when made: no URL password or key)."""
 
     exit_code: ClassVar[int] = EXIT_USAGE
+    label: ClassVar[str] = "error"  # the word the command line's one line starts with
 
 
 class UnreachableError(UserError):

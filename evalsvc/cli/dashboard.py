@@ -93,5 +93,3 @@ def dashboard_command(db: str | None, port: int, address: str, open_browser: boo
         code = 0
     raise SystemExit(code)
 
-
-COMMANDS = [dashboard_command]

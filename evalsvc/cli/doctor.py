@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
 
 import click
 
@@ -35,5 +34,3 @@ def doctor_command(db: str | None, as_json: bool) -> None:
     if blocked:
         raise SystemExit(EXIT_MISSING)
 
-
-COMMANDS: list[Any] = [doctor_command]

@@ -58,5 +58,3 @@ def export_command(run_refs: tuple[str, ...], task: str | None, fmt: str, out_di
                                encoding="utf-8")
             click.echo(summary)
 
-
-COMMANDS = [export_command]

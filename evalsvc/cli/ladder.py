@@ -10,16 +10,14 @@ from typing import Any
 import click
 
 from db.engine import Store
-from evalsvc.cli import fail
 from evalsvc.cli.runs import (
     API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, task_list, write_store,
 )
 from evalsvc.ladder import Ladder, load_ladder
 from evalsvc.ladder_run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
-from evalsvc.runner import RunSpec, check_limits
+from evalsvc.runner import RunFailed, RunSpec, check_limits
 from evalsvc.sandbox_setup import ensure_bubblewrap
 from evalsvc.status import LongStep, StepTimes, long_step
-from harness.errors import EXIT_FAILED
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
 
@@ -109,7 +107,7 @@ def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as
 
     if outcomes and all(o.error for o in outcomes):
         causes = "; ".join(f"{o.step}: {str(o.error).splitlines()[0] if o.error else ''}" for o in outcomes)
-        fail(f"no step of the ladder started, nothing was evaluated ({causes})", EXIT_FAILED)
+        raise RunFailed(f"no step of the ladder started, nothing was evaluated ({causes})")
     with_results = known_endpoints(store, [s.name for s in ladder.steps])
     # A comparison needs two steps with results: a one-step ladder, or one whose other steps failed, has none.
     report = ladder_report_for(store, with_results) if len(with_results) >= 2 else None
@@ -183,5 +181,3 @@ def demo_step(ladder: Ladder, full: bool) -> LongStep:
         "step, then the comparison; results already stored are reused",
     )
 
-
-COMMANDS: list[Any] = [ladder_group, demo_command]

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 
 from db import queries
-from evalsvc.cli import fail
 from evalsvc.cli.selection import render_runs_used, runs_used
 from evalsvc.cli.text import fit, output_width
 from evalsvc.speed_run import WORKLOAD_TASK
 from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
-from harness.errors import EXIT_FAILED
+from harness.errors import EXIT_FAILED, UserError
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
 
 TASK_WORKLOAD = {task: workload for workload, task in WORKLOAD_TASK.items()}  # speed accepts task names too
+
+
+class GateTripped(UserError):
+    """A --fail-on gate tripped: the output is printed, then the command exits 1 for CI."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
+    label: ClassVar[str] = "gate"
 
 
 RULE_HELP = (
@@ -209,8 +215,8 @@ def gate_verdicts(comparisons: list[Any], fail_on: str | None) -> None:
     tripping = {"worse": {Verdict.WORSE}, "worse-or-inconclusive": {Verdict.WORSE, Verdict.INCONCLUSIVE}}
     hit = [c for c in comparisons if fail_on and Verdict(getattr(c.verdict, "value", c.verdict)) in tripping[fail_on]]
     if hit:
-        fail(", ".join(f"{c.task} is {Verdict(getattr(c.verdict, 'value', c.verdict)).value}" for c in hit)
-             + f" (--fail-on {fail_on})", EXIT_FAILED, prefix="gate")
+        raise GateTripped(", ".join(f"{c.task} is {Verdict(getattr(c.verdict, 'value', c.verdict)).value}"
+                                    for c in hit) + f" (--fail-on {fail_on})")
 
 
 def gate_decision(decision: dict[str, Any], fail_on: str | None) -> None:
@@ -218,8 +224,7 @@ def gate_decision(decision: dict[str, Any], fail_on: str | None) -> None:
     tripping = {"stop": (False,), "stop-or-cant-tell": (False, None)}
     hit = [w for w in decision["workloads"] if fail_on and w["take_b"] in tripping[fail_on]]
     if hit:
-        fail(", ".join(f"{w['workload']}: {w['decision']}" for w in hit) + f" (--fail-on {fail_on})", EXIT_FAILED,
-             prefix="gate")
+        raise GateTripped(", ".join(f"{w['workload']}: {w['decision']}" for w in hit) + f" (--fail-on {fail_on})")
 
 
 def check_two_sides(a: str, b: str) -> None:
@@ -314,5 +319,3 @@ def decide_command(a: str, b: str, fail_on: str | None, margins: tuple[str, ...]
         echo_text(reports.render_decisions([decision]) + "\n\n" + render_runs_used(selection), wide)
     gate_decision(as_dict, fail_on)
 
-
-COMMANDS = [compare_command, report_command, speed_command, decide_command]

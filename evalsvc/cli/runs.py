@@ -11,11 +11,9 @@ from click.core import ParameterSource
 
 from db import queries
 from db.engine import Store, open_store, store_location
-from evalsvc.cli import fail
-from evalsvc.runner import RunOutcome, RunSpec, check_limits, run_evaluation
+from evalsvc.runner import RunFailed, RunOutcome, RunSpec, check_limits, run_evaluation
 from evalsvc.token_counts import token_warning
 from harness.client import API_KEY_ENV
-from harness.errors import EXIT_FAILED
 from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
@@ -139,34 +137,39 @@ def task_list(task: str) -> list[str]:
 @ISOLATION_OPTION
 @DB_OPTION
 @JSON_OPTION
-def run_command(**opts: Any) -> None:
+def run_command(endpoint: str, url: str, model: str, task: str, limit: int | None, data: str | None,
+                template: str | None, max_tokens: int, seed: int, concurrency: int, timeout_s: float,
+                api_key: str | None, new_url: bool, repeat: bool, resume: bool, no_progress: bool, isolation: str,
+                db: str | None, as_json: bool) -> None:
     """Evaluate one endpoint and store every item; the same command again resumes.
 
     Example: evalsvc run --endpoint step3 --url http://127.0.0.1:30000/v1 --model Qwen/Qwen3-27B --task gsm8k
     """
-    store = write_store(opts["db"])
-    settings = DecodingSettings(max_tokens=opts["max_tokens"], seed=opts["seed"])
+    store = write_store(db)
+    settings = DecodingSettings(max_tokens=max_tokens, seed=seed)
     specs = [RunSpec(
-        endpoint=opts["endpoint"], base_url=opts["url"], model=opts["model"], task=task,
-        template=opts["template"] if opts["task"] != "all" else None, data=opts["data"] if task == "gsm8k" else None,
-        limit=opts["limit"], settings=settings, concurrency=opts["concurrency"], api_key=opts["api_key"],
-        new_repeat=opts["repeat"] or not opts["resume"], timeout_s=opts["timeout_s"], new_url=opts["new_url"],
-        isolation=opts["isolation"],
-    ) for task in task_list(opts["task"])]
+        endpoint=endpoint, base_url=url, model=model, task=one_task, template=template if task != "all" else None,
+        data=data if one_task == "gsm8k" else None, limit=limit, settings=settings, concurrency=concurrency,
+        api_key=api_key, new_repeat=repeat or not resume, timeout_s=timeout_s, new_url=new_url, isolation=isolation,
+    ) for one_task in task_list(task)]
     check_limits(specs)  # with --task all, a --limit too large for HumanEval is refused before GSM8K runs
-    outcomes = [run_evaluation(store, spec, progress=not (opts["no_progress"] or opts["as_json"])) for spec in specs]
-    if opts["as_json"]:
-        click.echo(json.dumps({"db": store.display_url, "runs": [outcome_dict(o) for o in outcomes]}, indent=2))
-    else:
-        for outcome in outcomes:
-            click.echo(describe_outcome(outcome))
-            warning = token_warning(outcome.summary)
-            if warning:
-                click.echo(warning.describe())
-        click.echo(f"stored in {store.display_url}")
+    outcomes = [run_evaluation(store, spec, progress=not (no_progress or as_json)) for spec in specs]
+    echo_outcomes(store, outcomes, as_json)
     failed = [o for o in outcomes if o.summary.status == "failed"]
     if failed:
-        fail("; ".join(f"run {o.run_id} {o.summary.task} failed: {o.error}" for o in failed), EXIT_FAILED)
+        raise RunFailed("; ".join(f"run {o.run_id} {o.summary.task} failed: {o.error}" for o in failed))
+
+
+def echo_outcomes(store: Store, outcomes: list[RunOutcome], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"db": store.display_url, "runs": [outcome_dict(o) for o in outcomes]}, indent=2))
+        return
+    for outcome in outcomes:
+        click.echo(describe_outcome(outcome))
+        warning = token_warning(outcome.summary)
+        if warning:
+            click.echo(warning.describe())
+    click.echo(f"stored in {store.display_url}")
 
 
 def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:
@@ -314,5 +317,3 @@ def named_run(store: Store, name: str, task: str | None) -> tuple[str, list[dict
     return str(best.info.run_id), [{"run_id": r.info.run_id, "n_items": r.n_items, "status": r.status}
                                    for r in others]
 
-
-COMMANDS = [run_command, runs_command, show_command]

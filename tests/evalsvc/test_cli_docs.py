@@ -91,3 +91,35 @@ def test_one_vocabulary_template_keys_task_names_and_limit(db_path: str) -> None
     assert entered.exit_code == 0 and json.loads(entered.stdout)["workload"] == "math"
     speed_help = run_cli("speed", "--help").stdout
     assert "--limit, --n" in speed_help
+
+
+def untyped_parameters(command: click.Command) -> list[str]:
+    """What is wrong with a command function's signature: a catch-all (**opts), a parameter without a type,
+    or a click parameter the function does not name."""
+    import inspect
+
+    signature = inspect.signature(command.callback) if command.callback else None
+    if signature is None:
+        return []
+    params = signature.parameters
+    wrong = [f"**{p.name}" for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    wrong += [f"{p.name} (no type)" for p in params.values() if p.annotation is inspect.Parameter.empty]
+    wrong += [f"{p.name} (not a parameter of the function)" for p in command.params
+              if p.name not in params and p.expose_value and p.name != "help"]
+    return wrong
+
+
+def test_every_command_names_and_types_each_option() -> None:
+    for path, command in all_commands().items():
+        assert not untyped_parameters(command), f"`evalsvc {path}`: {untyped_parameters(command)}"
+
+
+def test_the_typed_options_check_can_fail() -> None:
+    @click.command("loose")
+    @click.option("--limit", type=int)
+    @click.option("--name")
+    def loose(limit, **opts):  # type: ignore[no-untyped-def]
+        """Example: evalsvc loose"""
+
+    assert untyped_parameters(loose) == ["**opts", "limit (no type)", "opts (no type)",
+                                         "name (not a parameter of the function)"]

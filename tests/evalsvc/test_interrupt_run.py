@@ -91,3 +91,30 @@ def test_ctrl_c_at_twenty_moments_always_exits_130_and_loses_nothing(tmp_path: P
     assert statuses == ["complete"] and len(items) == LIMIT
     # Each interrupt may cost at most the items in flight; everything stored was asked for once.
     assert LIMIT <= asked <= LIMIT + MOMENTS * CONCURRENCY
+
+
+SIGNAL_AT_EXIT = """
+import atexit, os, signal, sys
+from evalsvc.cli import main
+# Runs among the exit functions, after the command has finished and printed: a Ctrl-C (or kill) that comes
+# while the program is leaving.
+atexit.register(lambda: os.kill(os.getpid(), signal.{sig}))
+main(sys.argv[1:], prog_name="evalsvc")
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_command_finished_still_ends_in_one_line_and_its_exit_code(
+        sig: signal.Signals, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with FakeOpenAI(gsm8k_oracle(wrong_when)) as server:
+        argv = run_argv(server, tmp_path / "evalsvc.db")
+        argv[argv.index("--limit") + 1] = "2"
+        done = subprocess.run([sys.executable, "-c", SIGNAL_AT_EXIT.format(sig=sig.name), *argv[3:]], env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 128 + sig, done.stderr
+    assert "run 1 step3 gsm8k: complete" in done.stdout  # the command's output is all there
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("created a new")]
+    assert lines == [f"interrupted by {sig.name}: stopped; {RESUME_HINT}"], done.stderr
+    statuses, items = stored(tmp_path / "evalsvc.db")
+    assert statuses == ["complete"] and len(items) == 2
