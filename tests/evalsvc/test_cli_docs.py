@@ -43,36 +43,83 @@ def all_commands() -> dict[str, click.Command]:
     return found
 
 
-def test_every_command_has_an_example_in_its_help() -> None:
-    for path, command in all_commands().items():
+def test_every_command_has_an_example_in_its_help_and_the_example_is_valid() -> None:
+    from evalsvc.cli import main
+
+    for path in ["", *all_commands()]:
         shown = run_cli(*path.split(), "--help").stdout
-        assert re.search(rf"Example:[\s\S]{{0,120}}?evalsvc {re.escape(path)}\b", shown), f"`evalsvc {path} --help` has no example"
+        examples = [shlex.split(line.split("evalsvc", 1)[1]) for line in shown.split("Example:", 1)[-1].splitlines()
+                    if re.match(r"\s*(?:\w+=\S+ )?evalsvc\b", line)]
+        assert [w for w in examples if w[:len(path.split())] == path.split()], f"`evalsvc {path} --help` has no example"
+        for words in examples:
+            assert invocation_problems(["evalsvc", *words], main) == [], f"`evalsvc {path} --help` example {words}"
 
 
-def readme_invocations() -> list[list[str]]:
-    """The `evalsvc ...` command lines of the README's shell blocks, comments and redirections dropped."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+EVALSVC_CALL = re.compile(r"(?:^|&& |\.venv/bin/|time )(evalsvc(?: [^#>`]*)?)")
+
+
+def readme_invocations(readme: str) -> list[list[str]]:
+    """The `evalsvc ...` command lines of a README: in its fenced blocks (continued lines joined; comments and
+    redirections dropped) and in its inline code spans (`evalsvc demo --full`)."""
     lines = []
-    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
-        for line in block.splitlines():
-            found = re.search(r"(?:^|&& |\.venv/bin/)(evalsvc [^#>]*)", line)
-            if found:
-                lines.append(shlex.split(found.group(1)))
-    return lines
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", readme, flags=re.S | re.M):
+        lines += block.replace("\\\n", " ").splitlines()
+    lines += re.findall(r"(?<!`)`([^`\n]+)`(?!`)", readme)
+    found = (EVALSVC_CALL.search(line.strip()) for line in lines)
+    return [shlex.split(match.group(1)) for match in found if match]
+
+
+def invocation_problems(words: list[str], command: click.Command) -> list[str]:
+    """What in one `evalsvc ...` command line the click tree does not have: a command, a subcommand or an
+    option (an option's value is skipped; a group's own options count before its subcommand)."""
+    problems, path, rest = [], "evalsvc", iter(words[1:])
+    for word in rest:
+        if word.startswith("-"):
+            name = word.split("=")[0]
+            options = {opt: param for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+            param = options.get(name)
+            if param is None and name != "--help":
+                problems.append(f"`{path}` has no option {name}")
+            elif isinstance(param, click.Option) and not (param.is_flag or param.count or "=" in word):
+                next(rest, None)  # the option's value
+        elif isinstance(command, click.Group):
+            sub = command.commands.get(word)
+            if sub is None:
+                problems.append(f"`{path}` has no command {word!r}")
+                break
+            command, path = sub, f"{path} {word}"
+    return problems
+
+
+def readme_problems(readme: str) -> list[str]:
+    from evalsvc.cli import main
+
+    return [problem for words in readme_invocations(readme) for problem in invocation_problems(words, main)]
 
 
 def test_every_command_and_option_in_the_readme_exists() -> None:
-    commands = all_commands()
-    invocations = readme_invocations()
-    assert len(invocations) >= 15  # the parser reads the README's examples
-    for words in invocations:
-        path = " ".join(w for w in words[1:3] if not w.startswith("-"))
-        name = path if path in commands else words[1]
-        assert name in commands, f"README runs `evalsvc {name}`, which does not exist"
-        known = {opt for param in commands[name].params for opt in (*param.opts, *param.secondary_opts)}
-        for word in words:
-            if word.startswith("--"):
-                assert word.split("=")[0] in known, f"README gives `evalsvc {name} {word}`, which it does not take"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme_invocations(readme)) >= 25  # the parser reads the README's examples, blocks and inline
+    assert readme_problems(readme) == []
+
+
+def test_the_readme_check_finds_a_missing_command_subcommand_or_option() -> None:
+    readme = """
+Run `evalsvc run --endpoint a --url U --model M --no-such-flag` or `evalsvc --verbose runs --db x.db`.
+
+```sh
+evalsvc ladder walk my.yaml          # no such subcommand
+evalsvc compare a b \\
+    --margin 2 --wider               # a continued line
+.venv/bin/evalsvc frobnicate --json
+```
+"""
+    assert readme_problems(readme) == [
+        "`evalsvc ladder` has no command 'walk'",
+        "`evalsvc compare` has no option --wider",
+        "`evalsvc` has no command 'frobnicate'",
+        "`evalsvc run` has no option --no-such-flag",
+    ]
 
 
 def test_one_vocabulary_template_keys_task_names_and_limit(db_path: str) -> None:
