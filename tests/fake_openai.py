@@ -202,7 +202,8 @@ class FakeOpenAI:
         self._arrived = threading.Condition(self._lock)  # notified on every request recorded
         self._server = _QuietServer(("127.0.0.1", port), _make_handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        daemon=True)
 
     @property
     def port(self) -> int:
