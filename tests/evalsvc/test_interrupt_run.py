@@ -118,3 +118,27 @@ def test_a_signal_after_the_command_finished_still_ends_in_one_line_and_its_exit
     assert lines == [f"interrupted by {sig.name}: stopped; {RESUME_HINT}"], done.stderr
     statuses, items = stored(tmp_path / "evalsvc.db")
     assert statuses == ["complete"] and len(items) == 2
+
+
+SIGNAL_WHILE_LOADING = """
+import importlib.abc, os, signal, sys
+
+class CtrlCOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "evalsvc.cli.runs":  # a command module, half-way through loading the command line
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlCOnImport())
+from evalsvc.cli import main
+print("loaded", flush=True)
+main(sys.argv[1:], prog_name="evalsvc")
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_in_one_line_and_130(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_LOADING, "runs", "--db", str(tmp_path / "x.db")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout) == (130, "loaded\n"), done.stderr  # the command never started
+    assert done.stderr == f"interrupted by SIGINT: stopped; {RESUME_HINT}\n"
