@@ -62,13 +62,18 @@ class Reply:
 @dataclass(frozen=True)
 class Fault:
     """kind: status | drop | malformed | truncated | short_length | empty_choices | several_choices | no_message |
-    delay | huge | bad_utf8 | no_usage | stream_disorder (streams: the finish chunk goes out before the text)."""
+    delay | stall | huge | bad_utf8 | no_usage | stream_disorder (streams: the finish chunk goes out before the text).
+
+    `stall` sends nothing until the client hangs up (at most `STALL_CAP_S`), so only the client's own timeout ends
+    the request, however busy the machine; the server then records the request's index in `hung_up`."""
 
     kind: str
     status: int = 500
     retry_after: float | None = None
     delay_s: float = 0.0
 
+
+STALL_CAP_S = 300.0  # a stalled request a client never abandons still ends, so a broken test cannot hang forever
 
 SGLANG_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sglang"
 
@@ -198,6 +203,7 @@ class FakeOpenAI:
         self.sglang = sglang
         self.requests: list[dict[str, Any]] = []
         self.gets: list[str] = []  # paths of GET requests, in order
+        self.hung_up: list[int] = []  # indices (into `requests`) of stalled requests whose client gave up
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # notified on every request recorded
         self._server = _QuietServer(("127.0.0.1", port), _make_handler(self))
@@ -309,6 +315,9 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             fault = server.faults(index, body) if server.faults else None
             if server.latency_s:
                 time.sleep(server.latency_s)
+            if fault is not None and fault.kind == "stall":
+                self._stall(index)
+                return
             if fault is not None and self._inject(fault):
                 return
             reply = server.responder(body)
@@ -322,6 +331,19 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self._stream(mode, body, reply, disorder=fault is not None and fault.kind == "stream_disorder")
             else:
                 self._json(200, payload)
+
+        def _stall(self, index: int) -> None:
+            """Hold the request unanswered until the client closes the connection."""
+            self.close_connection = True
+            self.connection.settimeout(STALL_CAP_S)
+            try:
+                gave_up = self.connection.recv(1) == b""
+            except (TimeoutError, OSError):
+                gave_up = False
+            if gave_up:
+                with server._lock:
+                    server.hung_up.append(index)
+                    server._arrived.notify_all()
 
         def _inject(self, fault: Fault) -> bool:
             """Send the fault; True when the request is fully handled."""

@@ -3,6 +3,11 @@
 Every kind of transient fault the client classifies as retryable is injected
 on the first attempt of some items, and a few items fail on every attempt.
 The server counts requests per item, so the test sees retries directly.
+
+The client's timeout is tested on a stall (a request the server never answers,
+whatever the machine's load) with the server recording that the client hung
+up; every other run gets a timeout no busy machine trips, so an item's attempts
+are the faults it met, never a reply that was merely late.
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ from tests.conftest import GSM8K_TEST, run_cli, wrong_when
 from tests.fake_openai import Fault, FakeOpenAI, gsm8k_answers, gsm8k_oracle, question_of
 
 LIMIT = 60
-TIMEOUT_S = 3.0  # whole-request limit: generous, so a loaded machine does not time out normal replies
+TIMEOUT_S = 120.0  # whole-request limit for runs whose faults do not include a stall: no busy machine trips it
+STALL_TIMEOUT_S = 4.0  # the run with a stalled item: the stall is what times out, and a normal reply cannot wait 4 s
 RETRY_AFTER_S = 1.2
 MAX_ATTEMPTS = RetryPolicy().max_attempts
 # By item index modulo 15: which fault its first attempt meets. 7 fails on every attempt.
 FIRST_ATTEMPT_FAULTS = {
     0: Fault("status", 500),
     1: Fault("status", 429, retry_after=RETRY_AFTER_S),
-    2: Fault("delay", delay_s=TIMEOUT_S + 0.8),
+    2: Fault("status", 502),
     3: Fault("drop"),
     4: Fault("malformed"),
     5: Fault("truncated"),
@@ -42,22 +48,24 @@ class PerItemFaults:
     def __init__(self, first: dict[int, Fault], always: Callable[[int], Fault | None]) -> None:
         self.first, self.always = first, always
         self.attempts: Counter[int] = Counter()
+        self.first_request: dict[int, int] = {}  # item -> the server's index of its first request
         self._lock = threading.Lock()
 
-    def __call__(self, _: int, body: dict[str, Any]) -> Fault | None:
+    def __call__(self, request: int, body: dict[str, Any]) -> Fault | None:
         index = INDEX[question_of(body)]
         with self._lock:
             self.attempts[index] += 1
             attempt = self.attempts[index]
+            self.first_request.setdefault(index, request)
         forever = self.always(index)
         if forever is not None:
             return forever
         return self.first.get(index % 15) if attempt == 1 else None
 
 
-def run_args(server: FakeOpenAI, db: str, limit: int = LIMIT) -> list[str]:
+def run_args(server: FakeOpenAI, db: str, limit: int = LIMIT, timeout_s: float = TIMEOUT_S) -> list[str]:
     return ["run", "--endpoint", "flaky", "--url", server.base_url, "--model", "fake-model", "--data", GSM8K_TEST,
-            "--db", db, "--no-progress", "--limit", str(limit), "--timeout", str(TIMEOUT_S), "--concurrency", "16",
+            "--db", db, "--no-progress", "--limit", str(limit), "--timeout", str(timeout_s), "--concurrency", "16",
             "--json"]
 
 
@@ -92,14 +100,17 @@ def test_faulty_endpoint_run_completes_with_errors_counted_apart(db_path: str) -
 
 
 def test_retry_after_and_timeouts_show_in_item_latency(db_path: str) -> None:
-    plan = PerItemFaults(FIRST_ATTEMPT_FAULTS, lambda i: None)
+    stall = {**FIRST_ATTEMPT_FAULTS, 2: Fault("stall")}
+    plan = PerItemFaults(stall, lambda i: None)
     with FakeOpenAI(gsm8k_oracle(wrong_when), faults=plan) as server:
-        assert run_cli(*run_args(server, db_path, limit=15)).exit_code == 0
+        assert run_cli(*run_args(server, db_path, limit=3, timeout_s=STALL_TIMEOUT_S)).exit_code == 0
     items = stored_items(db_path)
     # Backoff alone would wait at most 0.5 s: only honouring Retry-After explains the wait.
     assert items[1][3] >= RETRY_AFTER_S and items[1][2] == 2
-    assert items[2][3] >= TIMEOUT_S and items[2][2] == 2
-    assert max(items[i][3] for i in (8, 9, 10)) < TIMEOUT_S
+    # The stalled first attempt ended because the client gave up on it (the server saw the hang-up), then a
+    # retry answered; the row's latency covers the whole wait.
+    assert server.hung_up == [plan.first_request[2]]
+    assert items[2][0] == "ok" and items[2][2] == plan.attempts[2] >= 2 and items[2][3] >= STALL_TIMEOUT_S
 
 
 def test_too_many_failing_items_mark_the_run_failed_not_low_scoring(db_path: str) -> None:
