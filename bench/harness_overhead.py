@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from db.engine import open_store  # noqa: E402
-from evalsvc.runner import RunSpec, run_evaluation  # noqa: E402
+from evalsvc.run.runner import RunSpec, run_evaluation  # noqa: E402
 from harness.client import EndpointClient  # noqa: E402
 from harness.tasks import get_task, pick_template  # noqa: E402
 from harness.tasks.gsm8k import packaged_data_dir  # noqa: E402

@@ -6,7 +6,7 @@ the script prints the seconds until no process of the server (or its
 watchdog) is left, the runner's exit code, and the time the same command then
 took to resume and complete. Issue 19 asks for at most 10 s. With
 `--ignore-term` the server ignores SIGTERM, as a hung one does, and is only
-gone after the stop grace (`evalsvc.servers.STOP_GRACE_S`) and SIGKILL.
+gone after the stop grace (`evalsvc.ladder.servers.STOP_GRACE_S`) and SIGKILL.
 
     .venv/bin/python bench/stop_on_signal.py [--repeats 3] [--ignore-term]
 """

@@ -14,11 +14,11 @@ from typing import Any, NamedTuple
 import pandas as pd
 from scipy import stats as sps
 
-from evalsvc import stats
 from evalsvc.decision import build
 from evalsvc.decision.build import TASK_WORKLOAD as TASK_WORKLOADS
 from evalsvc.decision.build import WORKLOADS
 from evalsvc.decision.workload import WorkloadDecision
+from evalsvc.statistics import paired_tests
 
 CONFIDENCE = 0.95
 
@@ -79,7 +79,7 @@ def accuracy_interval(correct: int, scored: int) -> tuple[float, float] | None:
     if scored <= 0:
         return None
     z = float(sps.norm.ppf(0.5 + CONFIDENCE / 2))
-    low, high = stats.wilson_interval(correct, scored, z)
+    low, high = paired_tests.wilson_interval(correct, scored, z)
     return max(0.0, low), min(1.0, high)
 
 

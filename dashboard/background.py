@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from db.engine import DB_ENV, data_dir, to_url
-from evalsvc.interrupts import INTERRUPTED_EXIT_CODES
+from evalsvc.run.interrupts import INTERRUPTED_EXIT_CODES
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url
 

@@ -26,8 +26,10 @@ from db import queries
 from db.engine import DB_ENV, Store, open_store, to_url
 from db.models import Endpoint
 from db.speed import speed_run_ids
-from evalsvc import compare, stats, timing
 from evalsvc.decision import build, rule
+from evalsvc.report import accuracy_report
+from evalsvc.statistics import paired_tests
+from evalsvc.statistics import output_length
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ LADDER_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct", "completion_
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, compare.StepRun]:
+def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, accuracy_report.StepRun]:
     """Items and settings of many runs (a ladder's), in two queries: run id -> run.
 
     Only `LADDER_ITEM_COLUMNS` of the items: all that the ladder report, the
@@ -117,7 +119,7 @@ def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, compare.StepRun
     with get_store(url).session() as session:
         frames = queries.items_frames(session, ids, LADDER_ITEM_COLUMNS)
         runs = queries.get_runs(session, ids)
-        return {run_id: compare.StepRun(build.run_info(runs[run_id]), frame)
+        return {run_id: accuracy_report.StepRun(build.run_info(runs[run_id]), frame)
                 for run_id, frame in frames.items() if run_id in runs}
 
 
@@ -132,9 +134,9 @@ def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
 
 
 @st.cache_data(ttl=10, show_spinner=False)
-def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, timing.EndpointSpeed]]:
+def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, output_length.EndpointSpeed]]:
     """Each endpoint's latest speed per workload (`evalsvc speed`), where one is stored and usable."""
-    found: dict[str, dict[str, timing.EndpointSpeed]] = {}
+    found: dict[str, dict[str, output_length.EndpointSpeed]] = {}
     with get_store(url).session() as session:
         for name in endpoints:
             endpoint = queries.get_endpoint(session, name)
@@ -143,7 +145,7 @@ def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str,
     return found
 
 
-def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | None:
+def _speed(session: Session, endpoint: Endpoint, workload: str) -> output_length.EndpointSpeed | None:
     speed = build.endpoint_speed(session, endpoint, workload)
     if isinstance(speed, str):
         log.info("no usable %s speed for %s: %s", workload, endpoint.name, speed)
@@ -157,14 +159,14 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.Endpoi
 class PairResult:
     """Two runs paired item by item, or why they could not be."""
 
-    comparison: compare.Comparison | None
+    comparison: accuracy_report.Comparison | None
     items: pd.DataFrame
     error: str | None = None
     differences: tuple[str, ...] = ()
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)
-def _info(url: str, run_id: int) -> stats.RunInfo:
+def _info(url: str, run_id: int) -> paired_tests.RunInfo:
     """What a run was (endpoint, task, template, decoding); fixed once the run exists."""
     with get_store(url).session() as session:
         return build.run_info(queries.resolve_run(session, str(run_id)))
@@ -176,7 +178,7 @@ def pair(
     """The paired items and comparison of run B against run A; only `columns` of each run's items when given."""
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     # `force` changes nothing when the settings agree: one cache entry then serves every caller.
-    forced = force and bool(stats.settings_differences(info_a, info_b))
+    forced = force and bool(paired_tests.settings_differences(info_a, info_b))
     return _pair(url, key_a, key_b, forced, columns, margins().of(info_a.task))
 
 
@@ -188,12 +190,12 @@ def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[st
     if columns is not None:
         items_a, items_b = items_a[list(columns)], items_b[list(columns)]
     try:
-        paired = stats.pair_runs(items_a, items_b, info_a, info_b, force=force)
-    except stats.SettingsMismatch as exc:
+        paired = paired_tests.pair_runs(items_a, items_b, info_a, info_b, force=force)
+    except paired_tests.SettingsMismatch as exc:
         return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
-    except stats.PairingError as exc:
+    except paired_tests.PairingError as exc:
         return PairResult(None, pd.DataFrame(), str(exc))
-    return PairResult(compare.summarize_pairing(paired, margin), paired.items, None, paired.differences)
+    return PairResult(accuracy_report.summarize_pairing(paired, margin), paired.items, None, paired.differences)
 
 
 # --- the ladder: every verdict and decision from evalsvc.decision ------------------------
@@ -236,7 +238,7 @@ def _ladder(url: str, steps: tuple[str, ...], run_keys_: tuple[RunKey, ...], spe
     try:
         # No page shows the length table: leave out its intervals.
         return build.build_ladder(get_store(url), steps, force=force, margins=margins_, lengths=False)
-    except (stats.PairingError, queries.NotFound, ValueError) as exc:
+    except (paired_tests.PairingError, queries.NotFound, ValueError) as exc:
         return str(exc)
 
 
@@ -295,11 +297,12 @@ def ladder_keys(per_task: dict[str, dict[str, RunKey]]) -> tuple[RunKey, ...]:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def pair_length_and_time(
-    url: str, key_a: RunKey, key_b: RunKey, speed_a: timing.EndpointSpeed | None, speed_b: timing.EndpointSpeed | None,
-) -> tuple[timing.LengthInflation | None, timing.TaskTimeChange | None, str | None]:
+    url: str, key_a: RunKey, key_b: RunKey, speed_a: output_length.EndpointSpeed | None,
+    speed_b: output_length.EndpointSpeed | None,
+) -> tuple[output_length.LengthInflation | None, output_length.TaskTimeChange | None, str | None]:
     """Output-length change of any two runs, and the task-time change when both speeds are known,
     computed as the ladder computes them (`build.length_row`, `build.time_change`)."""
-    run_a, run_b = (compare.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
+    run_a, run_b = (accuracy_report.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
     pair = build.pair_tokens(run_a, run_b)
     row = build.length_row(pair)
     if isinstance(row, str) or isinstance(pair, str):
@@ -321,11 +324,11 @@ def repeat_groups(runs: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def flip_rate(url: str, key_1: RunKey, key_2: RunKey) -> stats.FlipRate | str:
+def flip_rate(url: str, key_1: RunKey, key_2: RunKey) -> paired_tests.FlipRate | str:
     """How often two runs of the same endpoint disagree on correctness."""
     try:
-        return stats.flip_rate(load_items(url, key_1), load_items(url, key_2))
-    except stats.PairingError as exc:
+        return paired_tests.flip_rate(load_items(url, key_1), load_items(url, key_2))
+    except paired_tests.PairingError as exc:
         return str(exc)
 
 

@@ -28,7 +28,7 @@ def preload() -> None:
 
     import dashboard.analysis  # noqa: F401
     import evalsvc.decision.build  # noqa: F401
-    import evalsvc.reports  # noqa: F401
+    import evalsvc.report.decision_report  # noqa: F401
 
 
 def warm_up(argv: list[str]) -> None:

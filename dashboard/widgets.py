@@ -16,8 +16,8 @@ import streamlit as st
 
 from dashboard import analysis, data
 from db.engine import StoreError
-from evalsvc import token_counts
 from evalsvc.decision import build, rule
+from evalsvc.report import token_counts
 from harness.redact import mask_url
 
 PAGES = {

@@ -56,7 +56,7 @@ def load_json(text: str) -> dict:
 
 
 class StatusLines(logging.Handler):
-    """Collects the `evalsvc.status` lines a test's code says, and lets the test wait for some."""
+    """Collects the `evalsvc.run.status` lines a test's code says, and lets the test wait for some."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -76,7 +76,7 @@ class StatusLines(logging.Handler):
 
 @pytest.fixture
 def status_lines() -> Iterator[StatusLines]:
-    from evalsvc.status import STATUS_LOGGER
+    from evalsvc.run.status import STATUS_LOGGER
 
     logger = logging.getLogger(STATUS_LOGGER)
     handler, level = StatusLines(), logger.level

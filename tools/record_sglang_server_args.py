@@ -1,4 +1,4 @@
-"""Record the launch flags of one SGLang release as data: evalsvc/ladders/sglang_server_args.json.
+"""Record the launch flags of one SGLang release as data: evalsvc/ladder/builtin/sglang_server_args.json.
 
 The GPU ladder's test checks every flag and value of every step against this
 file, so a ladder cannot name a flag or a choice the named SGLang does not
@@ -14,7 +14,7 @@ throwaway venv, from the unpacked wheel of the release:
     python -m venv /tmp/sgl/venv
     /tmp/sgl/venv/bin/pip install msgspec orjson psutil pybase64 requests pydantic pyyaml numpy
     SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=/tmp/sgl /tmp/sgl/venv/bin/python tools/record_sglang_server_args.py \\
-        --wheel /tmp/sgl/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl > evalsvc/ladders/sglang_server_args.json
+        --wheel /tmp/sgl/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl > evalsvc/ladder/builtin/sglang_server_args.json
 
 Choices that SGLang checks only after parsing (the speculative algorithm, the
 draft attention backend) are read from the lists it checks them against and

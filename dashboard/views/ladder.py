@@ -9,9 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, data, widgets
-from evalsvc import compare, reports, timing
 from evalsvc.decision import build
 from evalsvc.decision.workload import Choice, WorkloadDecision
+from evalsvc.report import accuracy_report
+from evalsvc.report import decision_report
+from evalsvc.statistics import output_length
 
 
 # What a ladder-table row reads of the runs table.
@@ -19,14 +21,14 @@ SUMMARY_COLUMNS = ("run_id", "n", "errors", "correct", "accuracy", "truncated")
 
 
 def decision_line(d: WorkloadDecision) -> str:
-    """What to do, coloured (words from `evalsvc.reports`, as the CLI prints them)."""
+    """What to do, coloured (words from `evalsvc.report.decision_report`, as the CLI prints them)."""
     color = {Choice.TAKE_B: "green", Choice.STOP_AT_A: "red", Choice.CANT_TELL: "orange"}[d.choice]
-    return f":{color}[**{widgets.esc(reports.headline(d))}**]"
+    return f":{color}[**{widgets.esc(decision_report.headline(d))}**]"
 
 
 def figures_line(d: WorkloadDecision) -> str:
     """The four figures a decision rests on, in one line: accuracy verdict, tokens, speed and task-time ratios."""
-    parts = [f"accuracy: {compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING}"
+    parts = [f"accuracy: {accuracy_report.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING}"
              + (f" (from {d.accuracy_from})" if d.workload == "chat" and d.accuracy_from else ""),
              f"tokens B/A {widgets.num(d.token_ratio, 2)}",
              f"speed B/A {widgets.num(d.time.speed_ratio if d.time else None, 2)}",
@@ -40,7 +42,8 @@ def settle_lines(d: WorkloadDecision) -> list[str]:
         return []
     lines = [r.note for r in d.reasons if r.note]
     if d.settle is not None and d.accuracy is not None:
-        lines.insert(0, compare.describe_settle(d.accuracy.task, d.settle).removeprefix("What would settle it: "))
+        settle = accuracy_report.describe_settle(d.accuracy.task, d.settle)
+        lines.insert(0, settle.removeprefix("What would settle it: "))
     return lines
 
 
@@ -51,7 +54,7 @@ def render_decision(d: WorkloadDecision) -> None:
     for line in settle_lines(d):
         st.markdown(f"What would settle it: {widgets.esc(line)}")
     with st.expander("Why, in full"):
-        st.markdown(widgets.esc(reports.explain(d)))
+        st.markdown(widgets.esc(decision_report.explain(d)))
     task = _evidence_task(d)
     if task is not None and task in build.TASK_WORKLOAD:
         widgets.evidence_links(widgets.Pair(task, d.step_a, d.step_b))
@@ -73,8 +76,8 @@ def chain_table(chain: Sequence[WorkloadDecision], stop: WorkloadDecision | None
     rows, beyond = [], False
     for d in chain:
         rows.append({
-            "step N": d.step_a, "step N+1": d.step_b, "decision": reports.choice_words(d),
-            "accuracy": compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
+            "step N": d.step_a, "step N+1": d.step_b, "decision": decision_report.choice_words(d),
+            "accuracy": accuracy_report.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
             "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
             "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
             "on the path": "no, after the stop" if beyond else "yes",
@@ -87,7 +90,7 @@ def _evidence_task(d: WorkloadDecision) -> str | None:
     return d.accuracy.task if d.accuracy else d.accuracy_from
 
 
-def has_chat_speeds(speeds: dict[str, dict[str, timing.EndpointSpeed]]) -> bool:
+def has_chat_speeds(speeds: dict[str, dict[str, output_length.EndpointSpeed]]) -> bool:
     return any("chat" in per_step for per_step in speeds.values())
 
 
@@ -139,7 +142,7 @@ def render_any_pair(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> None:
         if d.workload == "chat" and not has_chat_speeds(speeds):
             continue
         with st.container(border=True, key=f"pair_{d.workload}"):
-            st.markdown(f"#### {d.workload}: {widgets.esc(reports.choice_words(d))}")
+            st.markdown(f"#### {d.workload}: {widgets.esc(decision_report.choice_words(d))}")
             render_decision(d)
 
 
@@ -156,7 +159,7 @@ def render_aside(found: build.LadderDecision) -> None:
 def task_table(
     url: str, runs: pd.DataFrame, task: str, per_step: dict[str, analysis.RunKey],
     ladder_keys: tuple[analysis.RunKey, ...], decisions: Sequence[WorkloadDecision],
-    speeds: dict[str, dict[str, timing.EndpointSpeed]],
+    speeds: dict[str, dict[str, output_length.EndpointSpeed]],
 ) -> pd.DataFrame:
     """The ladder table of one task, as display strings."""
     workload = analysis.workload_of(task)
@@ -171,7 +174,7 @@ def task_table(
         speed = speeds.get(step, {}).get(workload)
         d = by_b.get(step)
         rows.append({
-            "step": step, "vs previous step": reports.choice_words(d) if d else widgets.MISSING,
+            "step": step, "vs previous step": decision_report.choice_words(d) if d else widgets.MISSING,
             "accuracy": widgets.pct(row["accuracy"]), "95% CI": row["95% CI"],
             "task time vs prev": _time_cell(d),
             "tokens vs prev": f"{d.token_ratio:.2f}x" if d and d.token_ratio else widgets.MISSING,
@@ -191,7 +194,7 @@ def _time_cell(d: WorkloadDecision | None) -> str:
 
 def ladder_chart(
     runs: pd.DataFrame, per_task: dict[str, dict[str, analysis.RunKey]], steps: Sequence[str],
-    speeds: dict[str, dict[str, timing.EndpointSpeed]],
+    speeds: dict[str, dict[str, output_length.EndpointSpeed]],
 ) -> alt.HConcatChart:
     """Accuracy per task with its Wilson interval, and decode speed per workload, down the ladder.
 
@@ -250,7 +253,7 @@ def main() -> None:
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")
         st.dataframe(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
-    st.caption("Accuracy intervals are Wilson 95%. " + timing.TASK_TIME_MODEL)
+    st.caption("Accuracy intervals are Wilson 95%. " + output_length.TASK_TIME_MODEL)
     if per_task:
         widgets.chart(ladder_chart(runs, per_task, steps, speeds))
 

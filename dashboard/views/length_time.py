@@ -7,11 +7,13 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, data, widgets
-from evalsvc import compare, reports, timing
 from evalsvc.decision import build
+from evalsvc.report import accuracy_report
+from evalsvc.report import decision_report
+from evalsvc.statistics import output_length
 
 
-def length_table(length: timing.LengthInflation) -> pd.DataFrame:
+def length_table(length: output_length.LengthInflation) -> pd.DataFrame:
     """Ratio of means with its interval, median per-item ratio and Wilcoxon p; all items and both-correct."""
     rows = []
     for label, part in (("all paired items", length.all_items), ("both correct", length.both_correct)):
@@ -22,7 +24,7 @@ def length_table(length: timing.LengthInflation) -> pd.DataFrame:
             "B/A (ratio of means)": f"{part.ratio_of_means:.3f}",
             f"{length.confidence:.0%} CI": f"{part.ci[0]:.3f} to {part.ci[1]:.3f}",
             "median item ratio": widgets.num(part.median_item_ratio, 3),
-            "Wilcoxon p": compare.format_p(part.wilcoxon_p) if part.wilcoxon_p is not None else widgets.MISSING,
+            "Wilcoxon p": accuracy_report.format_p(part.wilcoxon_p) if part.wilcoxon_p is not None else widgets.MISSING,
         })
     return pd.DataFrame(rows).set_index("items")
 
@@ -67,7 +69,7 @@ def _outcomes(correct_a: pd.Series, correct_b: pd.Series) -> list[str]:
     return [labels.get((bool(a), bool(b)), "both wrong") for a, b in zip(correct_a, correct_b)]
 
 
-def render_time(time: timing.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
+def render_time(time: output_length.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
     """Task time of B against A, or what is missing to compute it."""
     if time is None:
         st.info(f"No {workload} decode speed stored for both steps; measure it with "
@@ -89,13 +91,13 @@ def render_decisions(url: str, runs: pd.DataFrame, steps: list[str]) -> None:
     if not isinstance(found, build.LadderDecision):
         return
     rows = [{
-        "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b, "decision": reports.choice_words(d),
-        "accuracy": compare.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
+        "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b, "decision": decision_report.choice_words(d),
+        "accuracy": accuracy_report.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
         "tokens B/A": widgets.num(d.token_ratio, 2),
         "truncated A/B": f"{d.truncated[0]}/{d.truncated[1]}" if d.truncated else widgets.MISSING,
         "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
         "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
-        "why": reports.explain(d),
+        "why": decision_report.explain(d),
     } for pair in found.decisions for d in pair.workloads]
     st.subheader("Step N or N+1, per workload")
     st.dataframe(pd.DataFrame(rows), hide_index=True)

@@ -6,8 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import data, widgets
-from evalsvc import compare, stats
 from evalsvc.decision import build, rule
+from evalsvc.report import accuracy_report
+from evalsvc.statistics import paired_tests
 
 # The verdict first: at 1,280 px a person sees what was decided before the figures behind it.
 REPORT_COLUMNS = ("verdict", "task", "step A", "step B", "B-A", "95% CI", "p exact", "p Holm", "MDE", "acc A",
@@ -15,22 +16,22 @@ REPORT_COLUMNS = ("verdict", "task", "step A", "step B", "B-A", "95% CI", "p exa
 COUNT_COLUMNS = ("task", "step A", "step B", "n", "both", "A only", "B only", "neither")
 
 
-def report_table(report: compare.LadderReport) -> pd.DataFrame:
+def report_table(report: accuracy_report.LadderReport) -> pd.DataFrame:
     """Every comparison of the ladder, with its 2x2 counts, verdict and Holm-adjusted p (information only)."""
     rows = []
     for entry in report.entries:
         c = entry.comparison
-        cells = dict(zip(compare.COLUMNS, compare.comparison_row(c)))
+        cells = dict(zip(accuracy_report.COLUMNS, accuracy_report.comparison_row(c)))
         rows.append({
             "task": c.task, "step A": entry.step_a, "step B": entry.step_b, "vs": entry.kind,
             **{k: cells[k] for k in ("n", "both", "A only", "B only", "neither", "acc A", "acc B", "B-A", "95% CI",
                                      "p exact", "MDE", "verdict")},
-            "p Holm": compare.format_p(entry.p_holm),
+            "p Holm": accuracy_report.format_p(entry.p_holm),
         })
     return pd.DataFrame(rows, columns=list(dict.fromkeys(REPORT_COLUMNS + COUNT_COLUMNS)))
 
 
-def table_2x2(pair: widgets.Pair, table: stats.Table2x2) -> pd.DataFrame:
+def table_2x2(pair: widgets.Pair, table: paired_tests.Table2x2) -> pd.DataFrame:
     """The paired 2x2 table with readable labels."""
     return pd.DataFrame(
         [[table.both_correct, table.a_only], [table.b_only, table.neither]],
@@ -38,7 +39,7 @@ def table_2x2(pair: widgets.Pair, table: stats.Table2x2) -> pd.DataFrame:
     )
 
 
-def find_entry(report: compare.LadderReport, pair: widgets.Pair) -> compare.LadderEntry | None:
+def find_entry(report: accuracy_report.LadderReport, pair: widgets.Pair) -> accuracy_report.LadderEntry | None:
     """The ladder's comparison of this pair, if the ladder makes it."""
     for entry in report.entries:
         if (entry.comparison.task, entry.step_a, entry.step_b) == pair:
@@ -46,14 +47,14 @@ def find_entry(report: compare.LadderReport, pair: widgets.Pair) -> compare.Ladd
     return None
 
 
-def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: compare.LadderReport) -> None:
+def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: accuracy_report.LadderReport) -> None:
     """The chosen pair: its 2x2 table and verdict in words."""
     pair = widgets.pair_picker(runs, steps)
     if pair is None:
         return
     entry = find_entry(report, pair)
     if entry is not None:
-        comparison, sentence = entry.comparison, compare.describe_comparison(entry.comparison, entry.p_holm)
+        comparison, sentence = entry.comparison, accuracy_report.describe_comparison(entry.comparison, entry.p_holm)
     else:
         keys = data.step_runs(runs, steps, url)[pair.task]
         result = data.pair(url, keys[pair.a], keys[pair.b])
@@ -61,12 +62,13 @@ def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: compare.
             st.error(result.error)
             return
         comparison = result.comparison
-        sentence = compare.describe_comparison(comparison) + " (Not one of the ladder's comparisons: no Holm p.)"
+        sentence = (accuracy_report.describe_comparison(comparison)
+                    + " (Not one of the ladder's comparisons: no Holm p.)")
     left, right = st.columns([1, 2])
     with left:
         st.table(table_2x2(pair, comparison.table))
     with right:
-        st.markdown(f"**Verdict: {widgets.esc(compare.verdict_label(comparison))}**")
+        st.markdown(f"**Verdict: {widgets.esc(accuracy_report.verdict_label(comparison))}**")
         st.markdown(widgets.esc(sentence))
 
 
@@ -107,8 +109,8 @@ def main() -> None:
         st.caption("Runs set aside: " + "; ".join(f"{a.step} {a.task} run {a.run_id} ({a.reason.value})"
                                                    for a in found.picked.aside))
     st.subheader("In words")
-    sentences = [compare.describe_cochran(task, q) for task, q in report.cochran.items()]
-    sentences += [compare.describe_comparison(entry.comparison, entry.p_holm) for entry in report.entries]
+    sentences = [accuracy_report.describe_cochran(task, q) for task, q in report.cochran.items()]
+    sentences += [accuracy_report.describe_comparison(entry.comparison, entry.p_holm) for entry in report.entries]
     st.markdown("\n".join(f"- {widgets.esc(sentence)}" for sentence in sentences))
     render_noise(url, runs)
 

@@ -32,7 +32,7 @@ def export_command(run_refs: tuple[str, ...], task: str | None, fmt: str, out_di
       evalsvc export step3 --task gsm8k > step3-gsm8k.jsonl
       evalsvc export 12 13 --out results/
     """
-    from evalsvc import export
+    from evalsvc.report import export
 
     store = read_store(db)
     ids = [ref if ref.isdigit() else named_run(store, ref, task)[0] for ref in run_refs]

@@ -13,11 +13,11 @@ from db.engine import Store
 from evalsvc.cli.runs import (
     API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, task_list, write_store,
 )
-from evalsvc.ladder import Ladder, load_ladder
-from evalsvc.ladder_run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
-from evalsvc.runner import RunFailed, RunSpec, check_limits
-from evalsvc.sandbox_setup import ensure_bubblewrap
-from evalsvc.status import LongStep, StepTimes, long_step
+from evalsvc.ladder.file import Ladder, load_ladder
+from evalsvc.ladder.run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
+from evalsvc.machine.bubblewrap import ensure_bubblewrap
+from evalsvc.run.runner import RunFailed, RunSpec, check_limits
+from evalsvc.run.status import LongStep, StepTimes, long_step
 from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
 
@@ -36,18 +36,18 @@ def workloads_for(tasks: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def embedded_ladder_path() -> Path:
-    return Path(str(resources.files("evalsvc") / "ladders" / "embedded-cpu.yaml"))
+    return Path(str(resources.files("evalsvc.ladder") / "builtin" / "embedded-cpu.yaml"))
 
 
 def log_dir() -> Path:
-    from evalsvc.embedded import evalsvc_home
+    from evalsvc.engine.embedded import evalsvc_home
 
     return evalsvc_home() / "logs"
 
 
 def times_here() -> StepTimes:
     """How long long steps took on this machine (the file the engine setup writes too)."""
-    from evalsvc.embedded import evalsvc_home, step_times
+    from evalsvc.engine.embedded import evalsvc_home, step_times
 
     return step_times(evalsvc_home())
 
@@ -56,7 +56,7 @@ def times_here() -> StepTimes:
 def ladder_group() -> None:
     """Evaluate every step of a ladder file.
 
-    Example: evalsvc ladder run evalsvc/ladders/sglang-gpu.yaml --task all
+    Example: evalsvc ladder run evalsvc/ladder/builtin/sglang-gpu.yaml --task all
     """
 
 
@@ -103,7 +103,7 @@ def step_spec_for(plan: LadderPlan, task: str) -> RunSpec:
 
 
 def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:
-    from evalsvc.reports import known_endpoints, ladder_report_for
+    from evalsvc.report.decision_report import known_endpoints, ladder_report_for
 
     if outcomes and all(o.error for o in outcomes):
         causes = "; ".join(f"{o.step}: {str(o.error).splitlines()[0] if o.error else ''}" for o in outcomes)

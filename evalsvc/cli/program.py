@@ -21,9 +21,9 @@ import click
 
 from evalsvc.cli import dashboard, doctor, export, ladder, reports, runs
 from evalsvc.cli.startup import interrupted_while_loading
-from evalsvc.interrupts import STOP_SIGNALS, exit_code, stop_signals_as_interrupt
-from evalsvc.runner import RunInterrupted
-from evalsvc.status import show_status_on_stderr
+from evalsvc.run.interrupts import STOP_SIGNALS, exit_code, stop_signals_as_interrupt
+from evalsvc.run.runner import RunInterrupted
+from evalsvc.run.status import show_status_on_stderr
 from harness.errors import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RESUME_HINT, UserError
 from harness.redact import install_redaction, mask_text
 

@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 import click
 
 from db import queries
+from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
 from evalsvc.cli.selection import render_runs_used, runs_used
 from evalsvc.cli.text import fit, output_width
-from evalsvc.speed_run import WORKLOAD_TASK
-from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
+from evalsvc.run.speed import WORKLOAD_TASK
 from harness.errors import EXIT_FAILED, UserError
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
@@ -85,9 +85,9 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_
 
     Example: evalsvc compare bf16 awq-int4 --margin humaneval=5
     """
-    from evalsvc import reports
-    from evalsvc.compare import render_comparisons_markdown, render_comparisons_text
     from evalsvc.decision import build
+    from evalsvc.report import decision_report
+    from evalsvc.report.accuracy_report import render_comparisons_markdown, render_comparisons_text
 
     check_two_sides(a, b)
     store = read_store(db)
@@ -97,14 +97,15 @@ def compare_command(a: str, b: str, task: str | None, disagreements: bool, fail_
     if as_json:
         payload: dict[str, Any] = {"comparisons": [c.to_dict() for c in comparisons], "runs": selection}
         if disagreements:
-            payload["disagreements"] = {c.task: reports.disagreements(store, c).to_dict("records") for c in comparisons}
+            payload["disagreements"] = {c.task: decision_report.disagreements(store, c).to_dict("records")
+                                        for c in comparisons}
         click.echo(json.dumps(payload, indent=2, default=str))
     else:
         render = render_comparisons_markdown if markdown else render_comparisons_text
         parts = [render(comparisons), render_runs_used(selection, markdown)]
         if disagreements:
             parts += [f"{c.task}: items where exactly one side was right\n"
-                      + render_disagreements(reports.disagreements(store, c)) for c in comparisons]
+                      + render_disagreements(decision_report.disagreements(store, c)) for c in comparisons]
         echo_text("\n\n".join(parts), wide or markdown)
     gate_verdicts(comparisons, fail_on)
 
@@ -125,9 +126,9 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 
     Example: evalsvc report --endpoints bf16,awq-int4,awq-int4-spec --margin humaneval=5
     """
-    from evalsvc import reports
-    from evalsvc.ladder import load_ladder
-    from evalsvc.token_counts import token_warnings
+    from evalsvc.ladder.file import load_ladder
+    from evalsvc.report import decision_report
+    from evalsvc.report.token_counts import token_warnings
 
     if bool(ladder_file) == bool(endpoints):
         raise click.UsageError("give either a LADDER_FILE or --endpoints a,b,c")
@@ -138,7 +139,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
     with store.session() as session:
         for name in names:  # an unknown name is an error, never a silently shorter ladder
             queries.get_endpoint(session, name)
-    report = reports.ladder_report_for(store, names, baseline=baseline, margins=_margins(margins), force=force)
+    report = decision_report.ladder_report_for(store, names, baseline=baseline, margins=_margins(margins), force=force)
     compared = [run for e in report.accuracy.entries for run in (e.comparison.run_a, e.comparison.run_b)]
     with store.session() as session:
         warnings = token_warnings(session, compared)
@@ -184,8 +185,8 @@ def speed_command(endpoint: str, workload: str, n: int, max_tokens: int, url: st
       evalsvc speed --endpoint step4 --workload code --limit 20
       evalsvc speed --endpoint step4 --workload math --tokens-per-second 252 --source "vendor table"
     """
-    from evalsvc.speed_run import SpeedPlan, measure_speed, record_speed_by_hand
-    from evalsvc.reports import speed_summary
+    from evalsvc.report.decision_report import speed_summary
+    from evalsvc.run.speed import SpeedPlan, measure_speed, record_speed_by_hand
 
     check_speed_options(tps, ttft, source)
     store = write_store(db) if url and model else read_store(db)
@@ -306,16 +307,16 @@ def decide_command(a: str, b: str, fail_on: str | None, margins: tuple[str, ...]
 
     Example: evalsvc decide awq-int4 awq-int4-spec --margin humaneval=5
     """
-    from evalsvc import reports
+    from evalsvc.report import decision_report
 
     check_two_sides(a, b)
     store = read_store(db)
-    decision = reports.decide_pair(store, a, b, _margins(margins))
+    decision = decision_report.decide_pair(store, a, b, _margins(margins))
     selection = runs_used(store, [a, b])
-    as_dict = reports.pair_dict(decision)
+    as_dict = decision_report.pair_dict(decision)
     if as_json:
         click.echo(json.dumps({**as_dict, "runs": selection}, indent=2))
     else:
-        echo_text(reports.render_decisions([decision]) + "\n\n" + render_runs_used(selection), wide)
+        echo_text(decision_report.render_decisions([decision]) + "\n\n" + render_runs_used(selection), wide)
     gate_decision(as_dict, fail_on)
 

@@ -11,8 +11,8 @@ from click.core import ParameterSource
 
 from db import queries
 from db.engine import Store, open_store, store_location
-from evalsvc.runner import RunFailed, RunOutcome, RunSpec, check_limits, run_evaluation
-from evalsvc.token_counts import token_warning
+from evalsvc.report.token_counts import token_warning
+from evalsvc.run.runner import RunFailed, RunOutcome, RunSpec, check_limits, run_evaluation
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES

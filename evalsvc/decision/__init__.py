@@ -10,5 +10,5 @@
   of a ladder or a pair. `compare`, `report`, `decide` and the dashboard all
   call it and only format what it returns.
 
-Nothing is imported here so that `evalsvc.compare` can use `rule` without a cycle.
+Nothing is imported here so that `evalsvc.report.accuracy_report` can use `rule` without a cycle.
 """

@@ -29,10 +29,12 @@ from db import queries
 from db.engine import Store
 from db.models import Endpoint, Run
 from db.speed import SpeedRun, latest_speed_run, speed_samples
-from evalsvc import compare, stats, timing
 from evalsvc.decision import rule
 from evalsvc.decision.pick import AsideReason, Picked, RunRecord, pick_runs
 from evalsvc.decision.workload import PairChoice, Reason, ReasonKind, WorkloadDecision, decide_workload
+from evalsvc.report import accuracy_report
+from evalsvc.statistics import paired_tests
+from evalsvc.statistics import output_length
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,8 @@ DEFAULT_TASKS = tuple(TASK_WORKLOAD)
 DEFAULT_MARGINS = rule.Margins()
 
 
-def run_info(run: Run) -> stats.RunInfo:
-    return stats.RunInfo(run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
+def run_info(run: Run) -> paired_tests.RunInfo:
+    return paired_tests.RunInfo(run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
                          decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash,
                          isolation=run.isolation)
 
@@ -64,25 +66,25 @@ def load_records(session: Session, steps: Sequence[str]) -> list[RunRecord]:
     return [RunRecord(run_info(r), r.status, r.n_items, (str(r.finished_at or r.started_at), r.id)) for r in runs]
 
 
-def _step_runs(session: Session, picked: Picked) -> dict[int, compare.StepRun]:
+def _step_runs(session: Session, picked: Picked) -> dict[int, accuracy_report.StepRun]:
     ids = [record.info.run_id for record in picked.chosen.values()]
     frames = queries.items_frames(session, ids)
-    return {rid: compare.StepRun(next(r.info for r in picked.chosen.values() if r.info.run_id == rid), frame)
+    return {rid: accuracy_report.StepRun(next(r.info for r in picked.chosen.values() if r.info.run_id == rid), frame)
             for rid, frame in frames.items()}
 
 
-def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | str:
+def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> output_length.EndpointSpeed | str:
     """The endpoint's latest speed for the workload, or a sentence saying why there is none."""
     run = latest_speed_run(session, endpoint.id, workload)
     if run is None:
         return (f"no {workload} speed for {endpoint.name} "
                 f"(run `evalsvc speed --endpoint {endpoint.name} --workload {workload}`)")
     if not run.measured:
-        return timing.EndpointSpeed.by_hand(run.decode_tps_by_hand or 0.0, run.source, run.ttft_s_by_hand or 0.0)
+        return output_length.EndpointSpeed.by_hand(run.decode_tps_by_hand or 0.0, run.source, run.ttft_s_by_hand or 0.0)
     try:
-        return timing.EndpointSpeed.from_samples([s for _, s in speed_samples(session, run.id)],
+        return output_length.EndpointSpeed.from_samples([s for _, s in speed_samples(session, run.id)],
                                                  source=f"{endpoint.name} {workload} probe")
-    except timing.TimingInputError as exc:
+    except output_length.TimingInputError as exc:
         return str(exc)
 
 
@@ -104,7 +106,7 @@ def flip_rates(session: Session, records: Sequence[RunRecord], session_runs: Map
                      and session_runs[r.info.run_id].dataset_hash == run.dataset_hash), None)
         if twin is not None:
             columns = ["item_id", "item_hash", "status", "correct"]
-            found[key] = stats.flip_rate(queries.items_frame(session, twin.info.run_id)[columns],
+            found[key] = paired_tests.flip_rate(queries.items_frame(session, twin.info.run_id)[columns],
                                          queries.items_frame(session, first.info.run_id)[columns]).rate
     return found
 
@@ -122,7 +124,7 @@ class LengthRow:
     run_a: int
     run_b: int
     answers_changed: int
-    inflation: timing.LengthInflation
+    inflation: output_length.LengthInflation
 
     def to_dict(self) -> dict[str, Any]:
         whole = self.inflation.all_items
@@ -141,7 +143,7 @@ class LadderDecision:
     steps: tuple[str, ...]
     margins: rule.Margins
     picked: Picked
-    accuracy: compare.LadderReport
+    accuracy: accuracy_report.LadderReport
     lengths: tuple[LengthRow, ...]
     decisions: tuple[PairChoice, ...]
 
@@ -152,7 +154,7 @@ class LadderDecision:
                      for (task, step), r in self.picked.chosen.items()],
             "set_aside": [a.to_dict() for a in self.picked.aside],
             "lengths": [r.to_dict() for r in self.lengths],
-            "decisions": [d.to_dict() for d in self.decisions], "task_time_model": timing.TASK_TIME_MODEL,
+            "decisions": [d.to_dict() for d in self.decisions], "task_time_model": output_length.TASK_TIME_MODEL,
         }
 
     def decision(self, step_a: str, step_b: str) -> PairChoice | None:
@@ -175,9 +177,9 @@ def build_ladder(
         loaded = _step_runs(session, picked)
         runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_([x.info.run_id for x in records])))}
         rates = flip_rates(session, records, runs)
-        ladder = [compare.LadderStep(step, tuple(loaded[r.info.run_id] for (t, s), r in picked.chosen.items()
+        ladder = [accuracy_report.LadderStep(step, tuple(loaded[r.info.run_id] for (t, s), r in picked.chosen.items()
                                                  if s == step and r.info.run_id in loaded)) for step in steps]
-        accuracy = compare.build_ladder_report(ladder, baseline=baseline, margins=margins, force=force,
+        accuracy = accuracy_report.build_ladder_report(ladder, baseline=baseline, margins=margins, force=force,
                                                flip_rates=rates)
         tokens = _pair_tokens(picked, loaded, steps)
         rows = _length_rows(tokens) if lengths else ()
@@ -206,12 +208,12 @@ class PairTokens:
         return int(np.sum(self.finish[0] == "length")), int(np.sum(self.finish[1] == "length"))
 
 
-def pair_tokens(run_a: compare.StepRun, run_b: compare.StepRun) -> PairTokens | str:
+def pair_tokens(run_a: accuracy_report.StepRun, run_b: accuracy_report.StepRun) -> PairTokens | str:
     """The two runs' paired output figures; or why they do not pair."""
     try:
-        paired = stats.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
+        paired = paired_tests.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
                                  arrays=(run_a.arrays, run_b.arrays))
-    except stats.PairingError as exc:
+    except paired_tests.PairingError as exc:
         return str(exc)
     tokens_a, tokens_b = paired.values("completion_tokens")
     return PairTokens(run_a.info.task, run_a.info.endpoint, run_b.info.endpoint, run_a.info.run_id,
@@ -219,7 +221,7 @@ def pair_tokens(run_a: compare.StepRun, run_b: compare.StepRun) -> PairTokens | 
                       paired.correct(), paired.values("finish_reason"), paired.values("extracted"))
 
 
-def _pair_tokens(picked: Picked, loaded: Mapping[int, compare.StepRun], steps: Sequence[str]) -> dict[
+def _pair_tokens(picked: Picked, loaded: Mapping[int, accuracy_report.StepRun], steps: Sequence[str]) -> dict[
         tuple[str, str, str], PairTokens | str]:
     """(task, step A, step B) -> paired output figures, for every step up with a run on both sides."""
     found: dict[tuple[str, str, str], PairTokens | str] = {}
@@ -248,8 +250,8 @@ def length_row(pair: PairTokens | str) -> LengthRow | str:
         return pair
     changed = int(sum((x or "") != (y or "") for x, y in zip(*pair.extracted)))
     try:
-        inflation = timing.measure_length_inflation(*pair.tokens, *pair.correct, *pair.finish)
-    except timing.TimingInputError as exc:
+        inflation = output_length.measure_length_inflation(*pair.tokens, *pair.correct, *pair.finish)
+    except output_length.TimingInputError as exc:
         return str(exc)
     return LengthRow(pair.task, pair.step_a, pair.step_b, pair.run_a, pair.run_b, changed, inflation)
 
@@ -257,7 +259,8 @@ def length_row(pair: PairTokens | str) -> LengthRow | str:
 # -- decisions --------------------------------------------------------------------------------
 
 
-def _decide_pair(session: Session, ep_a: Endpoint, ep_b: Endpoint, picked: Picked, accuracy: compare.LadderReport,
+def _decide_pair(session: Session, ep_a: Endpoint, ep_b: Endpoint, picked: Picked,
+                 accuracy: accuracy_report.LadderReport,
                  tokens: Mapping[tuple[str, str, str], PairTokens | str]) -> PairChoice:
     out = []
     for workload in WORKLOADS:
@@ -275,7 +278,7 @@ def _speeds(session: Session, workload: str, ep_a: Endpoint, ep_b: Endpoint) -> 
     return speeds, [Reason(ReasonKind.NO_SPEED, s) for s in speeds if isinstance(s, str)]
 
 
-def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.EndpointSpeed | str:
+def _speed(session: Session, endpoint: Endpoint, workload: str) -> output_length.EndpointSpeed | str:
     """`endpoint_speed`, read once per session: a ladder asks for each step's speeds twice."""
     memo = session.info.setdefault("evalsvc_speeds", {})
     key = (endpoint.id, workload)
@@ -284,16 +287,17 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> timing.Endpoi
     return memo[key]
 
 
-def _ratios(tokens: tuple[Any, Any], correct: tuple[Any, Any], missing: list[Reason]) -> timing.TokenRatios | None:
+def _ratios(tokens: tuple[Any, Any], correct: tuple[Any, Any],
+            missing: list[Reason]) -> output_length.TokenRatios | None:
     try:
-        return timing.token_ratios(*tokens, *correct)
-    except timing.TimingInputError as exc:
+        return output_length.token_ratios(*tokens, *correct)
+    except output_length.TimingInputError as exc:
         missing.append(Reason(ReasonKind.NO_LENGTHS, str(exc)))
         return None
 
 
 def _decide_task(session: Session, task: str, ep_a: Endpoint, ep_b: Endpoint, picked: Picked,
-                 accuracy: compare.LadderReport, pair: PairTokens | str | None) -> WorkloadDecision:
+                 accuracy: accuracy_report.LadderReport, pair: PairTokens | str | None) -> WorkloadDecision:
     workload = TASK_WORKLOAD[task]
     a, b = ep_a.name, ep_b.name
     missing = [Reason(ReasonKind.NO_RUN, picked.why_missing(task, step)) for step in (a, b)
@@ -317,7 +321,7 @@ def _decide_task(session: Session, task: str, ep_a: Endpoint, ep_b: Endpoint, pi
 
 
 def _decide_chat(session: Session, ep_a: Endpoint, ep_b: Endpoint,
-                 accuracy: compare.LadderReport) -> WorkloadDecision:
+                 accuracy: accuracy_report.LadderReport) -> WorkloadDecision:
     a, b = ep_a.name, ep_b.name
     comparisons = [e.comparison for e in accuracy.entries if (e.step_a, e.step_b) == (a, b)]
     worst = min(comparisons, key=lambda c: c.verdict.rank) if comparisons else None
@@ -379,16 +383,16 @@ def chat_tokens(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> ChatTokens 
 
 
 def time_change(tokens: tuple[np.ndarray, np.ndarray],
-                speeds: Sequence[timing.EndpointSpeed]) -> timing.TaskTimeChange | str:
+                speeds: Sequence[output_length.EndpointSpeed]) -> output_length.TaskTimeChange | str:
     """Task time of B over A from paired output tokens and the two speeds; or why not."""
     try:
-        return timing.compare_task_time(tokens[0], tokens[1], speeds[0], speeds[1])
-    except timing.TimingInputError as exc:
+        return output_length.compare_task_time(tokens[0], tokens[1], speeds[0], speeds[1])
+    except output_length.TimingInputError as exc:
         return str(exc)
 
 
-def _time_or_reason(tokens: tuple[np.ndarray, np.ndarray], speeds: Sequence[timing.EndpointSpeed],
-                    missing: list[Reason]) -> timing.TaskTimeChange | None:
+def _time_or_reason(tokens: tuple[np.ndarray, np.ndarray], speeds: Sequence[output_length.EndpointSpeed],
+                    missing: list[Reason]) -> output_length.TaskTimeChange | None:
     time = time_change(tokens, speeds)
     if isinstance(time, str):
         missing.append(Reason(ReasonKind.NO_LENGTHS, time))
@@ -400,7 +404,7 @@ def _time_or_reason(tokens: tuple[np.ndarray, np.ndarray], speeds: Sequence[timi
 
 
 def compare_refs(store: Store, ref_a: str, ref_b: str, tasks: Sequence[str], margins: rule.Margins = rule.Margins(),
-                 force: bool = False) -> list[compare.Comparison]:
+                 force: bool = False) -> list[accuracy_report.Comparison]:
     """Compare two endpoints (runs picked as a two-step ladder picks them) or two run ids."""
     if ref_a.isdigit() and ref_b.isdigit():
         return [_compare_run_ids(store, ref_a, ref_b, margins, force)]
@@ -427,30 +431,31 @@ def _refuse(picked: Picked, ref_a: str, ref_b: str, why: Sequence[str]) -> None:
     other = [a for a in picked.aside if a.reason is AsideReason.OTHER_SETTINGS]
     if other:
         differences = tuple(dict.fromkeys(d for a in other for d in a.differences))
-        raise stats.SettingsMismatch(
+        raise paired_tests.SettingsMismatch(
             f"{ref_a!r} and {ref_b!r} have no runs with the same settings: " + "; ".join(why)
             + "; use --force to compare them anyway", differences)
     raise queries.NotFound(f"{ref_a!r} and {ref_b!r} have no task with a complete run on both sides: "
                            + "; ".join(why))
 
 
-def _compare_pair(run_a: compare.StepRun, run_b: compare.StepRun, margins: rule.Margins, force: bool,
-                  rates: Mapping[tuple[str, str], float]) -> compare.Comparison:
+def _compare_pair(run_a: accuracy_report.StepRun, run_b: accuracy_report.StepRun, margins: rule.Margins, force: bool,
+                  rates: Mapping[tuple[str, str], float]) -> accuracy_report.Comparison:
     task = run_a.info.task
     known = [rates[(run.info.endpoint, task)] for run in (run_a, run_b) if (run.info.endpoint, task) in rates]
-    return compare.compare_runs(run_a.items, run_b.items, run_a.info, run_b.info, margin=margins.of(task),
+    return accuracy_report.compare_runs(run_a.items, run_b.items, run_a.info, run_b.info, margin=margins.of(task),
                                 force=force, flip_rate=sum(known) / len(known) if known else None,
                                 arrays=(run_a.arrays, run_b.arrays))
 
 
-def _compare_run_ids(store: Store, ref_a: str, ref_b: str, margins: rule.Margins, force: bool) -> compare.Comparison:
+def _compare_run_ids(store: Store, ref_a: str, ref_b: str, margins: rule.Margins,
+                     force: bool) -> accuracy_report.Comparison:
     with store.session() as session:
         run_a, run_b = queries.resolve_run(session, ref_a), queries.resolve_run(session, ref_b)
         if run_a.task != run_b.task:
-            raise stats.PairingError(f"run {run_a.id} is {run_a.task} and run {run_b.id} is {run_b.task}; "
+            raise paired_tests.PairingError(f"run {run_a.id} is {run_a.task} and run {run_b.id} is {run_b.task}; "
                                      "compare runs of the same task")
         records = load_records(session, sorted({run_a.endpoint.name, run_b.endpoint.name}))
         rates = flip_rates(session, records, {r.id: r for r in session.scalars(
             select(Run).where(Run.id.in_([x.info.run_id for x in records])))})
-        steps = [compare.StepRun(run_info(r), queries.items_frame(session, r.id)) for r in (run_a, run_b)]
+        steps = [accuracy_report.StepRun(run_info(r), queries.items_frame(session, r.id)) for r in (run_a, run_b)]
     return _compare_pair(steps[0], steps[1], margins, force, rates)

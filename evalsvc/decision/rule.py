@@ -1,7 +1,7 @@
 """The accuracy verdict rule, written down once, and what would settle an inconclusive pair.
 
 The verdict is read from ONE interval: the paired Newcombe 95% interval of
-accuracy B - A (`stats.paired_diff_ci`). p-values are shown beside it, never
+accuracy B - A (`paired_tests.paired_diff_ci`). p-values are shown beside it, never
 used to decide. With `m` the non-inferiority margin of the task:
 
 - better:                      the interval lies above 0;
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from evalsvc import stats
+from evalsvc.statistics import paired_tests
 
 CONFIDENCE = 0.95
 DEFAULT_MARGIN = 0.02
@@ -88,12 +88,12 @@ def verdict_of(low: float, high: float, margin: float) -> Verdict:
     return Verdict.SAME if high < margin else Verdict.NO_WORSE
 
 
-def interval(table: stats.Table2x2) -> stats.DiffInterval:
+def interval(table: paired_tests.Table2x2) -> paired_tests.DiffInterval:
     """The one interval verdicts are read from."""
-    return stats.paired_diff_ci(table, CONFIDENCE)
+    return paired_tests.paired_diff_ci(table, CONFIDENCE)
 
 
-def verdict_for(table: stats.Table2x2, margin: float) -> Verdict:
+def verdict_for(table: paired_tests.Table2x2, margin: float) -> Verdict:
     ci = interval(table)
     return verdict_of(ci.low, ci.high, margin)
 
@@ -164,27 +164,27 @@ class Settle:
                                                  or self.items_needed <= self.items_available)
 
 
-def settle(table: stats.Table2x2, margin: float, task: str) -> Settle:
+def settle(table: paired_tests.Table2x2, margin: float, task: str) -> Settle:
     """What would settle the verdict of `table` under `margin` (meaningful when it is inconclusive)."""
     ci = interval(table)
-    agreeing = stats.Table2x2(table.both_correct + table.a_only, 0, 0, table.neither + table.b_only)
+    agreeing = paired_tests.Table2x2(table.both_correct + table.a_only, 0, 0, table.neither + table.b_only)
     return Settle(
         n=table.n, margin=margin, smallest_margin=max(0.0, -ci.low), best_margin=max(0.0, -interval(agreeing).low),
         items_needed=_items_needed(table, margin), items_available=TASK_SIZES.get(task),
     )
 
 
-def _scaled(table: stats.Table2x2, n: int) -> stats.Table2x2:
+def _scaled(table: paired_tests.Table2x2, n: int) -> paired_tests.Table2x2:
     factor = n / table.n
     b, c, both = (round(x * factor) for x in (table.a_only, table.b_only, table.both_correct))
-    return stats.Table2x2(both, b, c, max(0, n - both - b - c))
+    return paired_tests.Table2x2(both, b, c, max(0, n - both - b - c))
 
 
-def _settled(table: stats.Table2x2, n: int, margin: float) -> bool:
+def _settled(table: paired_tests.Table2x2, n: int, margin: float) -> bool:
     return verdict_for(_scaled(table, n), margin) is not Verdict.INCONCLUSIVE
 
 
-def _items_needed(table: stats.Table2x2, margin: float) -> int | None:
+def _items_needed(table: paired_tests.Table2x2, margin: float) -> int | None:
     """Smallest item count at which the observed rates give a settled verdict (doubling, then bisection)."""
     if _settled(table, table.n, margin):
         return table.n
@@ -212,11 +212,11 @@ class Detectable:
     mde: float | None
 
 
-def detectable(table: stats.Table2x2, alpha: float = 1 - CONFIDENCE) -> Detectable:
+def detectable(table: paired_tests.Table2x2, alpha: float = 1 - CONFIDENCE) -> Detectable:
     """Connor's MDE at the observed disagreement rate; None when no disagreement was seen or the
     MDE exceeds that rate (a change cannot exceed the share of items on which the runs disagree)."""
     if table.discordant == 0:
         return Detectable(table.n, 0, None)
     rate = table.discordant / table.n
-    value = stats.mde(table.n, rate, alpha, POWER)
+    value = paired_tests.mde(table.n, rate, alpha, POWER)
     return Detectable(table.n, table.discordant, value if value <= rate and math.isfinite(value) else None)

@@ -12,10 +12,10 @@ from statsmodels.stats.contingency_tables import cochrans_q as sm_cochrans_q
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from evalsvc import compare
-from evalsvc.compare import LadderStep, StepRun
 from evalsvc.decision.rule import Verdict
-from evalsvc.stats import RunInfo, SettingsMismatch, Table2x2
+from evalsvc.report import accuracy_report
+from evalsvc.report.accuracy_report import LadderStep, StepRun
+from evalsvc.statistics.paired_tests import RunInfo, SettingsMismatch, Table2x2
 
 
 def outcomes(table: Table2x2) -> tuple[list[bool], list[bool]]:
@@ -48,10 +48,10 @@ def run_info(run_id: int, endpoint: str, task: str = "gsm8k", **decoding: object
     return RunInfo(run_id, endpoint, task, "cot-v1", {"temperature": 0.0, **decoding}, mode="chat")
 
 
-def compare_table(table: Table2x2, task: str = "gsm8k", **options: object) -> compare.Comparison:
+def compare_table(table: Table2x2, task: str = "gsm8k", **options: object) -> accuracy_report.Comparison:
     a, b = outcomes(table)
     info_a, info_b = run_info(1, "bf16", task), run_info(2, "awq", task)
-    return compare.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, **options)
+    return accuracy_report.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, **options)
 
 
 # --- one comparison ---------------------------------------------------------------
@@ -93,12 +93,12 @@ def test_refusal_and_forced_comparison() -> None:
     a, b = outcomes(Table2x2(10, 1, 1, 3))
     info_a, info_b = run_info(1, "bf16"), run_info(2, "awq", temperature=0.6)
     with pytest.raises(SettingsMismatch):
-        compare.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b)
-    forced = compare.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, force=True)
+        accuracy_report.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b)
+    forced = accuracy_report.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, force=True)
     assert forced.forced
     assert forced.to_dict()["differences"] == ["decoding temperature (0.0 vs 0.6)"]
     assert "Pairing was forced although the runs differ in decoding temperature (0.0 vs 0.6)." in (
-        compare.describe_comparison(forced)
+        accuracy_report.describe_comparison(forced)
     )
 
 
@@ -107,9 +107,9 @@ def test_noise_floor_sentences() -> None:
     lopsided = compare_table(Table2x2(50, 10, 1, 19), flip_rate=0.20)
     balanced = compare_table(Table2x2(50, 6, 5, 19), flip_rate=0.20)
     assert lopsided.noise_floor and balanced.noise_floor
-    assert "the verdict stands" in compare.describe_comparison(lopsided)
+    assert "the verdict stands" in accuracy_report.describe_comparison(lopsided)
     assert "The 11 disagreements are no more than run-to-run noise makes (flip rate 20.0%" in (
-        compare.describe_comparison(balanced))
+        accuracy_report.describe_comparison(balanced))
     assert compare_table(Table2x2(50, 6, 5, 19), flip_rate=0.01).noise_floor is False
 
 
@@ -118,7 +118,7 @@ def test_no_discordant_pairs_detect_no_difference() -> None:
     assert (result.p_exact, result.p_midp, result.p_chi2, result.diff) == (1.0, 1.0, 1.0, 0.0)
     assert result.mde is None
     assert "With 100 items, of which no item was answered differently, the test detects no difference" in (
-        compare.describe_comparison(result))
+        accuracy_report.describe_comparison(result))
 
 
 def test_mde_beyond_the_disagreement_rate_is_none() -> None:
@@ -133,7 +133,7 @@ def test_164_identical_answers_say_which_margin_they_can_establish() -> None:
     result = compare_table(Table2x2(164, 0, 0, 0), task="humaneval")
     assert result.verdict is Verdict.INCONCLUSIVE and result.settle is not None
     assert result.settle.best_margin == pytest.approx(-result.diff_ci_low) and result.settle.best_margin > 0.02
-    sentence = compare.describe_comparison(result)
+    sentence = accuracy_report.describe_comparison(result)
     assert "164 items can never establish 2.0 points" in sentence and "--margin humaneval=2.3" in sentence
     assert compare_table(Table2x2(164, 0, 0, 0), task="humaneval", margin=0.023).verdict is Verdict.SAME
 
@@ -146,19 +146,19 @@ def test_more_gsm8k_items_settle_an_inconclusive_pair() -> None:
     scaled = Table2x2(round(380 * needed / 400), round(6 * needed / 400), round(4 * needed / 400), 0)
     scaled = scaled._replace(neither=needed - scaled.both_correct - scaled.a_only - scaled.b_only)
     assert compare_table(scaled).verdict is not Verdict.INCONCLUSIVE
-    assert f"about {needed} items at the observed rates would settle it" in compare.describe_comparison(result)
+    assert f"about {needed} items at the observed rates would settle it" in accuracy_report.describe_comparison(result)
 
 
 # --- rendering: exact output -------------------------------------------------------
 
 
-def rendering_case() -> list[compare.Comparison]:
+def rendering_case() -> list[accuracy_report.Comparison]:
     first = compare_table(Table2x2(both_correct=361, a_only=3, b_only=4, neither=33))
     a, b = outcomes(Table2x2(both_correct=12, a_only=1, b_only=5, neither=2))
     info_a, info_b = run_info(3, "bf16", "humaneval"), run_info(4, "awq", "humaneval")
     a_items = run_frame(a, info_a, [("i900", "error", False), ("i901", "ok", True)])
     b_items = run_frame(b, info_b, [("i900", "ok", True)])
-    return [first, compare.compare_runs(a_items, b_items, info_a, info_b)]
+    return [first, accuracy_report.compare_runs(a_items, b_items, info_a, info_b)]
 
 
 # Hand-worked figures. gsm8k: 364/401 = 90.8%, 365/401 = 91.0%, diff 1/401; p exact
@@ -193,11 +193,11 @@ B-A, CI and MDE in accuracy points; MDE at 80% power (none: these items detect n
 
 
 def test_render_text_exactly() -> None:
-    assert compare.render_comparisons_text(rendering_case()) == EXPECTED_TEXT
+    assert accuracy_report.render_comparisons_text(rendering_case()) == EXPECTED_TEXT
 
 
 def test_render_markdown_exactly() -> None:
-    assert compare.render_comparisons_markdown(rendering_case()) == EXPECTED_MARKDOWN
+    assert accuracy_report.render_comparisons_markdown(rendering_case()) == EXPECTED_MARKDOWN
 
 
 @pytest.mark.parametrize(
@@ -209,7 +209,7 @@ def test_render_markdown_exactly() -> None:
     ],
 )
 def test_significant_sentences(table: Table2x2, start: str) -> None:
-    sentence = compare.describe_comparison(compare_table(table))
+    sentence = accuracy_report.describe_comparison(compare_table(table))
     assert sentence.startswith(f"gsm8k, awq vs bf16: {start}")
     assert "exact McNemar p = 0.003)." in sentence  # 2 * 14 / 8192 = 0.0034
 
@@ -218,9 +218,9 @@ def test_significant_sentences(table: Table2x2, start: str) -> None:
 
 
 def test_ladder_pairs() -> None:
-    assert compare.ladder_pairs(1, 0) == []
-    assert compare.ladder_pairs(3, 0) == [(0, 1, "previous"), (1, 2, "previous"), (0, 2, "baseline")]
-    assert compare.ladder_pairs(4, 2) == [
+    assert accuracy_report.ladder_pairs(1, 0) == []
+    assert accuracy_report.ladder_pairs(3, 0) == [(0, 1, "previous"), (1, 2, "previous"), (0, 2, "baseline")]
+    assert accuracy_report.ladder_pairs(4, 2) == [
         (0, 1, "previous"), (1, 2, "previous"), (2, 3, "previous"), (2, 0, "baseline"),
     ]
 
@@ -246,7 +246,7 @@ def ladder_fixture() -> tuple[list[LadderStep], dict[str, np.ndarray]]:
 
 def test_ladder_report_entries_holm_and_cochran() -> None:
     steps, truth = ladder_fixture()
-    report = compare.build_ladder_report(steps)
+    report = accuracy_report.build_ladder_report(steps)
     described = [(e.comparison.task, e.step_a, e.step_b, e.kind) for e in report.entries]
     assert described == [
         ("gsm8k", "bf16", "awq", "previous"), ("gsm8k", "awq", "eagle", "previous"),
@@ -265,18 +265,18 @@ def test_ladder_report_entries_holm_and_cochran() -> None:
 def test_ladder_verdicts_are_the_pairs_own_and_holm_is_information() -> None:
     steps, _ = ladder_fixture()
     first = steps[0].runs[0], steps[1].runs[0]
-    alone = compare.compare_runs(first[0].items, first[1].items, first[0].info, first[1].info)
-    entry = compare.build_ladder_report(steps).entries[0]
+    alone = accuracy_report.compare_runs(first[0].items, first[1].items, first[0].info, first[1].info)
+    entry = accuracy_report.build_ladder_report(steps).entries[0]
     assert entry.p_holm == pytest.approx(4 * 2 * 11 / 1024)  # smallest of four p-values
     assert entry.comparison.verdict is alone.verdict is Verdict.WORSE  # 95% CI -7.0 to -0.7 points
-    text = compare.render_ladder_text(compare.build_ladder_report(steps))
+    text = accuracy_report.render_ladder_text(accuracy_report.build_ladder_report(steps))
     assert "Holm-adjusted p = 0.086 (information only)" in text and "not adjusted for multiplicity" in text
 
 
 def test_ladder_baseline_and_flip_rates() -> None:
     steps, _ = ladder_fixture()
     rates = {("bf16", "gsm8k"): 0.02, ("awq", "gsm8k"): 0.06, ("bf16", "humaneval"): 0.5}
-    report = compare.build_ladder_report(steps, baseline="awq", flip_rates=rates)
+    report = accuracy_report.build_ladder_report(steps, baseline="awq", flip_rates=rates)
     assert report.baseline == "awq"
     gsm8k = [e for e in report.entries if e.comparison.task == "gsm8k"]
     assert [(e.step_a, e.step_b, e.kind) for e in gsm8k] == [
@@ -288,15 +288,15 @@ def test_ladder_baseline_and_flip_rates() -> None:
 
 def test_ladder_renderings() -> None:
     steps, _ = ladder_fixture()
-    report = compare.build_ladder_report(steps)
-    text = compare.render_ladder_text(report).splitlines()
+    report = accuracy_report.build_ladder_report(steps)
+    text = accuracy_report.render_ladder_text(report).splitlines()
     assert text[0].split() == [
         "task", "step", "A", "step", "B", "vs", "n", "A", "only", "B", "only", "B-A", "95%", "CI",
         "p", "exact", "p", "Holm", "MDE", "verdict",
     ]
     assert text[2].split()[:7] == ["gsm8k", "bf16", "awq", "previous", "200", "9", "1"]
     assert len([line for line in text if line.startswith(("gsm8k ", "humaneval "))]) == 4
-    markdown = compare.render_ladder_markdown(report)
+    markdown = accuracy_report.render_ladder_markdown(report)
     assert "| humaneval | bf16 | eagle | baseline | 30 | 0 | 0 | +0.0 |" in markdown
     assert "- Cochran's Q (humaneval, 2 steps, 30 items every step answered): Q = 0.00, df = 1, p = 1.000" in markdown
     as_json = json.loads(json.dumps(report.to_dict()))
@@ -309,4 +309,4 @@ def test_ladder_renderings() -> None:
 def test_ladder_rejects_repeated_step_names() -> None:
     steps, _ = ladder_fixture()
     with pytest.raises(ValueError, match="repeat"):
-        compare.build_ladder_report([steps[0], steps[0]])
+        accuracy_report.build_ladder_report([steps[0], steps[0]])

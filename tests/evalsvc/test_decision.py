@@ -8,12 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evalsvc import compare, stats
 from evalsvc.decision import rule
 from evalsvc.decision.pick import AsideReason, RunRecord, pick_runs
 from evalsvc.decision.rule import Verdict
 from evalsvc.decision.workload import Choice, Reason, ReasonKind, decide_workload
-from evalsvc.timing import compare_task_time, token_ratios
+from evalsvc.report import accuracy_report
+from evalsvc.statistics import paired_tests
+from evalsvc.statistics.output_length import compare_task_time, token_ratios
 from tests.evalsvc.test_compare import compare_table
 from tests.evalsvc.test_timing import simulate
 
@@ -33,7 +34,7 @@ def expected_from_interval(low: float, high: float, m: float) -> Verdict:
     return Verdict.SAME if high < m else Verdict.NO_WORSE
 
 
-def random_tables(count: int, seed: int) -> list[tuple[stats.Table2x2, float]]:
+def random_tables(count: int, seed: int) -> list[tuple[paired_tests.Table2x2, float]]:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(count):
@@ -41,7 +42,7 @@ def random_tables(count: int, seed: int) -> list[tuple[stats.Table2x2, float]]:
         discordant = int(rng.integers(0, min(n, 200) + 1))
         a_only = int(rng.integers(0, discordant + 1))
         both = int(rng.integers(0, n - discordant + 1))
-        table = stats.Table2x2(both, a_only, discordant - a_only, n - discordant - both)
+        table = paired_tests.Table2x2(both, a_only, discordant - a_only, n - discordant - both)
         out.append((table, float(rng.choice([0.01, 0.02, 0.05]))))
     return out
 
@@ -51,9 +52,9 @@ def test_verdict_never_contradicts_the_interval_over_1500_random_tables() -> Non
     for table, margin in random_tables(1500, seed=14):
         if table.n == 0:
             continue
-        c = compare.summarize_pairing(_pairing(table), margin)
+        c = accuracy_report.summarize_pairing(_pairing(table), margin)
         assert c.verdict is expected_from_interval(c.diff_ci_low, c.diff_ci_high, margin), (table, margin)
-        words = compare.describe_comparison(c)
+        words = accuracy_report.describe_comparison(c)
         if "better than A" in words:
             assert c.diff_ci_low > 0
         if "B is worse than A" in words:
@@ -72,7 +73,7 @@ def test_verdict_is_monotone_in_the_difference_at_fixed_n() -> None:
         discordant = int(rng.integers(0, 60))
         both = int(rng.integers(0, n - discordant + 1))
         margin = float(rng.choice([0.01, 0.02, 0.05]))
-        ranks = [rule.verdict_for(stats.Table2x2(both, a_only, discordant - a_only, n - discordant - both),
+        ranks = [rule.verdict_for(paired_tests.Table2x2(both, a_only, discordant - a_only, n - discordant - both),
                                   margin).rank for a_only in range(discordant, -1, -1)]  # B - A rising
         assert ranks == sorted(ranks), (n, discordant, both, margin)
         walks += len(ranks)
@@ -81,8 +82,8 @@ def test_verdict_is_monotone_in_the_difference_at_fixed_n() -> None:
 
 def test_the_issue_tables_are_now_in_order() -> None:
     # The larger loss (9 vs 2) may no longer pass while the smaller one (6 vs 0) is blocked.
-    smaller = rule.verdict_for(stats.Table2x2(989, 6, 0, 324), 0.02)
-    larger = rule.verdict_for(stats.Table2x2(989, 9, 2, 319), 0.02)
+    smaller = rule.verdict_for(paired_tests.Table2x2(989, 6, 0, 324), 0.02)
+    larger = rule.verdict_for(paired_tests.Table2x2(989, 9, 2, 319), 0.02)
     assert smaller is Verdict.WORSE_WITHIN  # 95% CI -0.88 to -0.04 points
     assert larger.rank <= smaller.rank
 
@@ -106,20 +107,21 @@ def test_margins_parse_points_per_task() -> None:
             rule.parse_margins([bad], ["gsm8k", "humaneval"])
 
 
-def _pairing(table: stats.Table2x2) -> stats.Paired:
+def _pairing(table: paired_tests.Table2x2) -> paired_tests.Paired:
     a = [True] * table.both_correct + [True] * table.a_only + [False] * table.b_only + [False] * table.neither
     b = [True] * table.both_correct + [False] * table.a_only + [True] * table.b_only + [False] * table.neither
-    info_a = stats.RunInfo(1, "A", "gsm8k", "t")
-    info_b = stats.RunInfo(2, "B", "gsm8k", "t")
+    info_a = paired_tests.RunInfo(1, "A", "gsm8k", "t")
+    info_b = paired_tests.RunInfo(2, "B", "gsm8k", "t")
     frames = [pd.DataFrame({"item_id": [f"i{k:05d}" for k in range(len(x))], "item_hash": "h", "status": "ok",
                             "correct": x}) for x in (a, b)]
-    return stats.pair_runs(frames[0], frames[1], info_a, info_b)
+    return paired_tests.pair_runs(frames[0], frames[1], info_a, info_b)
 
 
 # --- per-workload decisions ---------------------------------------------------------------
 
 
-def decide(table: stats.Table2x2, w, margin: float = 0.02, workload: str = "math"):  # type: ignore[no-untyped-def]
+def decide(table: paired_tests.Table2x2, w, margin: float = 0.02,  # type: ignore[no-untyped-def]
+           workload: str = "math"):
     c = compare_table(table, margin=margin)
     tokens = token_ratios(w.tokens_a, w.tokens_b, w.correct_a, w.correct_b)
     time = compare_task_time(w.tokens_a, w.tokens_b, w.speed_a, w.speed_b, n_boot=300)
@@ -127,7 +129,7 @@ def decide(table: stats.Table2x2, w, margin: float = 0.02, workload: str = "math
                            settle=c.settle)
 
 
-SAME_ANSWERS = stats.Table2x2(1200, 0, 0, 119)  # 1,319 items, identical: "no change beyond the margin"
+SAME_ANSWERS = paired_tests.Table2x2(1200, 0, 0, 119)  # 1,319 items, identical: "no change beyond the margin"
 
 
 def test_more_tokens_cancel_faster_decoding_and_stop_at_a() -> None:
@@ -145,21 +147,21 @@ def test_same_length_faster_decoding_takes_b() -> None:
 
 def test_worse_accuracy_stops_even_when_faster() -> None:
     w = simulate(seed=5, n_items=200, mean_tokens=300, token_ratio=1.0, tps_a=226, tps_b=268)
-    d = decide(stats.Table2x2(250, 30, 5, 115), w)
+    d = decide(paired_tests.Table2x2(250, 30, 5, 115), w)
     assert d.verdict is Verdict.WORSE and d.choice is Choice.STOP_AT_A
     assert [r.kind for r in d.reasons] == [ReasonKind.ACCURACY_WORSE, ReasonKind.SOONER]
 
 
 def test_inconclusive_and_sooner_cannot_tell_yet_and_says_what_settles_it() -> None:
     w = simulate(seed=5, n_items=200, mean_tokens=300, token_ratio=1.0, tps_a=226, tps_b=268)
-    d = decide(stats.Table2x2(330, 8, 5, 57), w)  # 400 items, CI about -2.4 to +1.0 points
+    d = decide(paired_tests.Table2x2(330, 8, 5, 57), w)  # 400 items, CI about -2.4 to +1.0 points
     assert d.verdict is Verdict.INCONCLUSIVE and d.choice is Choice.CANT_TELL and d.take_b is None
     assert d.settle is not None and d.settle.items_needed is not None and d.settle.items_needed > 400
 
 
 def test_inconclusive_but_later_stops_at_a() -> None:
     w = simulate(seed=6, n_items=164, mean_tokens=260, token_ratio=1.21, tps_a=226, tps_b=252)
-    d = decide(stats.Table2x2(330, 8, 5, 57), w, workload="code")
+    d = decide(paired_tests.Table2x2(330, 8, 5, 57), w, workload="code")
     assert d.choice is Choice.STOP_AT_A and {r.kind for r in d.reasons} >= {ReasonKind.LATER}
 
 
@@ -181,7 +183,7 @@ def test_missing_evidence_cannot_tell() -> None:
 
 def record(run_id: int, step: str, task: str = "gsm8k", status: str = "complete", n: int = 400,
            max_tokens: int = 2048) -> RunRecord:
-    info = stats.RunInfo(run_id, step, task, "t", {"max_tokens": max_tokens}, "chat")
+    info = paired_tests.RunInfo(run_id, step, task, "t", {"max_tokens": max_tokens}, "chat")
     return RunRecord(info, status, n, (True, str(datetime(2026, 1, 1, 0, run_id)), run_id))
 
 

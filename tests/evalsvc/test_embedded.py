@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evalsvc import embedded
-from evalsvc.embedded import (
+from evalsvc.engine import embedded
+from evalsvc.engine.embedded import (
     DEEP_QUANT,
     MODEL_ALIAS,
     SERVER_MODULE_SOURCE,
@@ -28,11 +28,12 @@ from evalsvc.embedded import (
     ensure_engine,
     evalsvc_home,
 )
-from evalsvc.ladder import launch_step, load_ladder, resolve_ladder
-from evalsvc.status import INTERVAL_ENV
+from evalsvc.ladder.file import load_ladder, resolve_ladder
+from evalsvc.ladder.launch import launch_step
+from evalsvc.run.status import INTERVAL_ENV
 from tests.conftest import ROOT, StatusLines
 
-LADDER = Path(__file__).resolve().parents[2] / "evalsvc" / "ladders" / "embedded-cpu.yaml"
+LADDER = Path(__file__).resolve().parents[2] / "evalsvc" / "ladder" / "builtin" / "embedded-cpu.yaml"
 GGUF_MAGIC = b"GGUF"
 
 

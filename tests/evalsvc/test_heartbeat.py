@@ -15,7 +15,7 @@ import pytest
 
 from db import queries
 from db.engine import open_store
-from evalsvc.runner import RunSpec, run_evaluation
+from evalsvc.run.runner import RunSpec, run_evaluation
 from tests.conftest import GSM8K_TEST, ROOT, run_cli, wrong_when
 from tests.fake_openai import FakeOpenAI, gsm8k_oracle
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from db.engine import open_store
-from evalsvc.runner import BadItemId, RunSpec, run_evaluation
+from evalsvc.run.runner import BadItemId, RunSpec, run_evaluation
 from harness.client import MAX_BODY_BYTES
 from tests.conftest import run_cli
 from tests.fake_openai import Fault, FakeOpenAI, Reply

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from db.engine import Store
-from evalsvc.runner import RunSpec, run_evaluation
+from evalsvc.run.runner import RunSpec, run_evaluation
 from harness.types import DecodingSettings
 from tests.conftest import run_cli
 from tests.db.conftest import store, store_url  # noqa: F401 - fixtures: every case on SQLite and PostgreSQL

@@ -9,7 +9,7 @@ import pytest
 
 from db import queries
 from db.engine import Store
-from evalsvc.runner import ItemWriter
+from evalsvc.run.runner import ItemWriter
 from harness.types import Completion, ItemResult, Request
 from tests.db.conftest import store, store_url  # noqa: F401 - fixtures: every case on SQLite and PostgreSQL
 from tests.db.test_store import make_run, sample

@@ -12,22 +12,24 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evalsvc.ladder import (
+from evalsvc.ladder.file import (
     LadderError,
     LadderStep,
     LaunchSpec,
+    load_ladder,
+    parse_ladder,
+    resolve_ladder,
+)
+from evalsvc.ladder.launch import (
     PortInUseError,
     StepExitedError,
     StepHealthTimeout,
     StepLaunchError,
     launch_step,
-    load_ladder,
-    parse_ladder,
     port_is_free,
-    resolve_ladder,
 )
 
-LADDERS = Path(__file__).resolve().parents[2] / "evalsvc" / "ladders"
+LADDERS = Path(__file__).resolve().parents[2] / "evalsvc" / "ladder" / "builtin"
 
 GOOD = """\
 name: demo
@@ -173,7 +175,7 @@ def test_resolved_url_is_checked() -> None:
 
 
 def test_embedded_example_resolves_with_engine_names() -> None:
-    from evalsvc.embedded import EngineInfo
+    from evalsvc.engine.embedded import EngineInfo
 
     ladder = load_ladder(LADDERS / "embedded-cpu.yaml")
     assert ladder.setup == "embedded"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from db.engine import open_store
-from evalsvc.ladder import load_ladder
-from evalsvc.ladder_run import LadderPlan, evaluation_step, step_spec
-from evalsvc.status import heartbeat
+from evalsvc.ladder.file import load_ladder
+from evalsvc.ladder.run import LadderPlan, evaluation_step, step_spec
+from evalsvc.run.status import heartbeat
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
 from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 

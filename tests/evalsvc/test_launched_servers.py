@@ -31,11 +31,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evalsvc import servers
-from evalsvc.doctor import check_launched_servers
-from evalsvc import watchdog
-from evalsvc.watchdog import proc_stat, process_alive
-from evalsvc.ladder import LadderStep, LaunchSpec, PortInUseError, launch_step, port_is_free
+from evalsvc.ladder import servers
+from evalsvc.ladder import watchdog
+from evalsvc.ladder.file import LadderStep, LaunchSpec
+from evalsvc.ladder.launch import PortInUseError, launch_step, port_is_free
+from evalsvc.ladder.watchdog import proc_stat, process_alive
+from evalsvc.machine.doctor import check_launched_servers
 from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
 from tests.evalsvc.test_embedded import install_standin
@@ -339,7 +340,7 @@ def test_an_unwritable_registry_is_a_warning_and_the_launch_goes_on(
     not_a_folder.write_text("")
     monkeypatch.setenv("EVALSVC_HOME", str(not_a_folder))
     tag = uuid.uuid4().hex
-    with caplog.at_level(logging.WARNING, logger="evalsvc.servers"):
+    with caplog.at_level(logging.WARNING, logger="evalsvc.ladder.servers"):
         with launch_step(fake_step(tmp_path, free_port(), tag), tmp_path / "logs", poll_interval_s=0.1) as launched:
             assert httpx.get(f"{launched.base_url}/models", trust_env=False).status_code == 200
             assert len(tagged_processes(tag)) == 2
@@ -491,7 +492,7 @@ def test_run_guarded_returns_the_exit_code_and_output_and_a_killed_caller_takes_
 
     tag = uuid.uuid4().hex
     forking = ("import os, time\nif os.fork() == 0:\n    time.sleep(120)\nelse:\n    time.sleep(120)\n")
-    caller = ("import os, sys; from pathlib import Path; from evalsvc.servers import run_guarded; "
+    caller = ("import os, sys; from pathlib import Path; from evalsvc.ladder.servers import run_guarded; "
               f"run_guarded('fork', [sys.executable, '-c', {forking!r}], Path({str(log_path)!r}), "
               f"{{**os.environ, 'EVALSVC_TEST_TAG': {tag!r}}})")
     proc = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -510,7 +511,7 @@ def test_a_watchdog_that_died_at_once_is_a_warning_and_the_server_still_stops(
 ) -> None:
     (tmp_path / "logs").mkdir()
     guard = servers.ServerGuard("served", tmp_path / "logs" / "served.log", grace_s=5.0)
-    with caplog.at_level(logging.WARNING, logger="evalsvc.servers"), guard:
+    with caplog.at_level(logging.WARNING, logger="evalsvc.ladder.servers"), guard:
         assert guard._watchdog is not None
         guard._watchdog.kill()
         guard._watchdog.wait()

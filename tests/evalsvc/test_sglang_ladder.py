@@ -1,6 +1,6 @@
 """The SGLang GPU ladder against the launch flags of the SGLang version it names.
 
-`evalsvc/ladders/sglang_server_args.json` holds every flag of one SGLang
+`evalsvc/ladder/builtin/sglang_server_args.json` holds every flag of one SGLang
 release as its own argument parser defines it (see
 tools/record_sglang_server_args.py). A flag, a value outside a flag's choices,
 a value of the wrong type, or a step that changes more than one thing fails
@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from evalsvc.ladder import load_ladder
+from evalsvc.ladder.file import load_ladder
 
 ROOT = Path(__file__).resolve().parents[2]
-LADDERS = ROOT / "evalsvc" / "ladders"
+LADDERS = ROOT / "evalsvc" / "ladder" / "builtin"
 LADDER_FILES = ("sglang-gpu.yaml", "sglang-hopper.yaml")
 RECORDED = json.loads((LADDERS / "sglang_server_args.json").read_text(encoding="utf-8"))
 VERSION = RECORDED["sglang_version"]
@@ -238,7 +238,7 @@ def test_what_sglang_would_change_implicitly_is_held_on_every_step(file: str) ->
 
 @pytest.mark.parametrize("file", LADDER_FILES)
 def test_placeholder_must_be_set_before_the_ladder_runs(file: str) -> None:
-    from evalsvc.ladder import LadderError, resolve_ladder
+    from evalsvc.ladder.file import LadderError, resolve_ladder
 
     ladder = load_ladder(LADDERS / file)
     assert ladder.placeholders() == USER_PLACEHOLDERS

@@ -14,8 +14,8 @@ from statsmodels.stats.contingency_tables import cochrans_q as sm_cochrans_q
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from evalsvc import stats
-from evalsvc.stats import DropCounts, PairingError, RunInfo, SettingsMismatch, Table2x2
+from evalsvc.statistics import paired_tests
+from evalsvc.statistics.paired_tests import DropCounts, PairingError, RunInfo, SettingsMismatch, Table2x2
 
 
 def random_tables(count: int, seed: int) -> list[Table2x2]:
@@ -61,7 +61,8 @@ def info(run_id: int, endpoint: str, template: str = "cot-v1", **decoding: objec
 def test_exact_p_matches_statsmodels_on_random_tables() -> None:
     for table in random_tables(300, seed=6):
         expected = sm_mcnemar(sm_table(table), exact=True).pvalue
-        assert stats.mcnemar_exact_p(table.a_only, table.b_only) == pytest.approx(expected, rel=1e-10, abs=1e-300)
+        exact = paired_tests.mcnemar_exact_p(table.a_only, table.b_only)
+        assert exact == pytest.approx(expected, rel=1e-10, abs=1e-300)
 
 
 def test_chi2_matches_statsmodels_when_sides_differ() -> None:
@@ -70,7 +71,7 @@ def test_chi2_matches_statsmodels_when_sides_differ() -> None:
         if table.a_only == table.b_only:
             continue
         result = sm_mcnemar(sm_table(table), exact=False, correction=True)
-        statistic, p_value = stats.mcnemar_chi2(table.a_only, table.b_only)
+        statistic, p_value = paired_tests.mcnemar_chi2(table.a_only, table.b_only)
         assert statistic == pytest.approx(result.statistic, rel=1e-12)
         assert p_value == pytest.approx(result.pvalue, rel=1e-9, abs=1e-300)
         checked += 1
@@ -80,7 +81,7 @@ def test_chi2_matches_statsmodels_when_sides_differ() -> None:
 @pytest.mark.parametrize("count", [1, 2, 7, 40])
 def test_chi2_is_zero_when_sides_tie(count: int) -> None:
     # The corrected |b - c| - 1 is floored at 0; statsmodels would report 1/(b+c).
-    assert stats.mcnemar_chi2(count, count) == (0.0, 1.0)
+    assert paired_tests.mcnemar_chi2(count, count) == (0.0, 1.0)
 
 
 def test_midp_matches_hand_formula_on_random_tables() -> None:
@@ -91,13 +92,13 @@ def test_midp_matches_hand_formula_on_random_tables() -> None:
         else:
             tail = min(sps.binom.cdf(k - 1, n, 0.5), sps.binom.sf(k, n, 0.5))
             expected = min(1.0, 2 * tail + sps.binom.pmf(k, n, 0.5))
-        assert stats.mcnemar_midp(table.a_only, table.b_only) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+        assert paired_tests.mcnemar_midp(table.a_only, table.b_only) == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
 def test_bentur_example_of_fagerland_2013() -> None:
     # Fagerland, Lydersen & Laake 2013: b = 1, c = 7 gives exact 0.070, mid-p 0.039.
     # By hand: P(X <= 1) = 9/256 and P(X = 1) = 8/256 for X ~ Bin(8, 1/2).
-    result = stats.mcnemar(Table2x2(1, 1, 7, 12))
+    result = paired_tests.mcnemar(Table2x2(1, 1, 7, 12))
     assert result.p_exact == pytest.approx(float(Fraction(18, 256)), rel=1e-12)
     assert result.p_midp == pytest.approx(float(Fraction(10, 256)), rel=1e-12)
     assert result.chi2 == pytest.approx(25 / 8)
@@ -106,7 +107,7 @@ def test_bentur_example_of_fagerland_2013() -> None:
 
 
 def test_no_discordant_pairs_gives_p_one() -> None:
-    result = stats.mcnemar(Table2x2(30, 0, 0, 12))
+    result = paired_tests.mcnemar(Table2x2(30, 0, 0, 12))
     assert (result.p_exact, result.p_midp, result.p_chi2) == (1.0, 1.0, 1.0)
 
 
@@ -114,7 +115,7 @@ def test_no_discordant_pairs_gives_p_one() -> None:
 def test_all_discordant_one_way(k: int) -> None:
     exact = 2 * 0.5**k
     for a_only, b_only in ((k, 0), (0, k)):
-        result = stats.mcnemar(Table2x2(5, a_only, b_only, 5))
+        result = paired_tests.mcnemar(Table2x2(5, a_only, b_only, 5))
         assert result.p_exact == pytest.approx(min(1.0, exact), rel=1e-12)
         assert result.p_midp == pytest.approx(min(1.0, exact - 0.5**k), rel=1e-12)
         expected_chi2 = sm_mcnemar(np.array([[5, a_only], [b_only, 5]]), exact=False, correction=True)
@@ -122,8 +123,8 @@ def test_all_discordant_one_way(k: int) -> None:
 
 
 def test_single_item_tables() -> None:
-    assert stats.mcnemar(Table2x2(1, 0, 0, 0)).p_exact == 1.0
-    one_discordant = stats.mcnemar(Table2x2(0, 0, 1, 0))
+    assert paired_tests.mcnemar(Table2x2(1, 0, 0, 0)).p_exact == 1.0
+    one_discordant = paired_tests.mcnemar(Table2x2(0, 0, 1, 0))
     assert one_discordant.p_exact == 1.0
     assert one_discordant.p_midp == pytest.approx(0.5)  # 2 * 1/2 - 1/2
     assert one_discordant.p_chi2 == 1.0
@@ -131,7 +132,7 @@ def test_single_item_tables() -> None:
 
 def test_midp_never_exceeds_exact() -> None:
     for table in random_tables(200, seed=9):
-        result = stats.mcnemar(table)
+        result = paired_tests.mcnemar(table)
         assert result.p_midp <= result.p_exact + 1e-15
 
 
@@ -172,21 +173,21 @@ def newcombe_reference(both: int, a_only: int, b_only: int, neither: int) -> tup
 def test_newcombe_matches_published_cavo_example() -> None:
     # Fagerland, Lydersen & Laake (2017), ch. 8, Cavo et al. 2012: table
     # [[59, 6], [16, 80]] gives -0.0621 (95% CI -0.1186 to -0.0046).
-    result = stats.paired_diff_ci(Table2x2(both_correct=59, a_only=16, b_only=6, neither=80))
+    result = paired_tests.paired_diff_ci(Table2x2(both_correct=59, a_only=16, b_only=6, neither=80))
     assert (round(result.diff, 4), round(result.low, 4), round(result.high, 4)) == (-0.0621, -0.1186, -0.0046)
 
 
 def test_newcombe_matches_reference_on_random_tables() -> None:
     for table in random_tables(300, seed=10):
         low, high = newcombe_reference(*table)
-        result = stats.paired_diff_ci(table)
+        result = paired_tests.paired_diff_ci(table)
         assert (result.low, result.high) == pytest.approx((low, high), abs=1e-9)
 
 
 def test_newcombe_interval_is_sane() -> None:
     extremes = [Table2x2(0, 1, 0, 0), Table2x2(0, 0, 1, 0), Table2x2(0, 30, 0, 0), Table2x2(40, 0, 0, 0)]
     for table in random_tables(300, seed=11) + extremes:
-        result = stats.paired_diff_ci(table)
+        result = paired_tests.paired_diff_ci(table)
         assert -1.0 <= result.low <= result.diff <= result.high <= 1.0
         assert result.high > result.low
         assert result.diff == pytest.approx((table.b_only - table.a_only) / table.n)
@@ -194,8 +195,8 @@ def test_newcombe_interval_is_sane() -> None:
 
 def test_newcombe_swapping_sides_mirrors_the_interval() -> None:
     for table in random_tables(100, seed=12):
-        forward = stats.paired_diff_ci(table)
-        swapped = stats.paired_diff_ci(Table2x2(table.both_correct, table.b_only, table.a_only, table.neither))
+        forward = paired_tests.paired_diff_ci(table)
+        swapped = paired_tests.paired_diff_ci(Table2x2(table.both_correct, table.b_only, table.a_only, table.neither))
         assert (swapped.low, swapped.high) == pytest.approx((-forward.high, -forward.low), abs=1e-12)
 
 
@@ -206,14 +207,14 @@ def test_newcombe_coverage_is_near_nominal() -> None:
     draws = rng.multinomial(150, probabilities, size=2000)
     covered = 0
     for cells in draws:
-        result = stats.paired_diff_ci(Table2x2(*(int(cell) for cell in cells)))
+        result = paired_tests.paired_diff_ci(Table2x2(*(int(cell) for cell in cells)))
         covered += result.low <= truth <= result.high
     assert 0.925 <= covered / len(draws) <= 0.975
 
 
 def test_empty_table_has_no_interval() -> None:
     with pytest.raises(ValueError):
-        stats.paired_diff_ci(Table2x2(0, 0, 0, 0))
+        paired_tests.paired_diff_ci(Table2x2(0, 0, 0, 0))
 
 
 # --- detectable difference --------------------------------------------
@@ -229,21 +230,21 @@ def test_mde_hand_computed_value() -> None:
     # n = 400, psi = 0.10, z_a = 1.959964, z_b = 0.841621:
     # sqrt(0.1) * (1.959964 * 20 + 0.841621 * sqrt(400 - 3.841459 + 0.708326)) / (400 + 0.708326)
     # = 0.316228 * (39.199280 + 16.766367) / 400.708326 = 0.044167
-    assert stats.mde(400, 0.10) == pytest.approx(0.044167, abs=2e-6)
+    assert paired_tests.mde(400, 0.10) == pytest.approx(0.044167, abs=2e-6)
 
 
 @pytest.mark.parametrize(("n", "psi"), [(100, 0.3), (400, 0.1), (1319, 0.06), (164, 0.2)])
 def test_mde_solves_connor_formula(n: int, psi: float) -> None:
-    assert connor_n(stats.mde(n, psi), psi) == pytest.approx(n, rel=1e-9)
+    assert connor_n(paired_tests.mde(n, psi), psi) == pytest.approx(n, rel=1e-9)
 
 
 def test_mde_shrinks_with_more_items() -> None:
-    assert stats.mde(1600, 0.1) < stats.mde(400, 0.1) < stats.mde(100, 0.1)
+    assert paired_tests.mde(1600, 0.1) < paired_tests.mde(400, 0.1) < paired_tests.mde(100, 0.1)
 
 
 def test_mde_has_about_eighty_percent_power_by_simulation() -> None:
     n, psi = 400, 0.15
-    delta = stats.mde(n, psi)
+    delta = paired_tests.mde(n, psi)
     rng = np.random.default_rng(14)
     discordant = rng.binomial(n, psi, size=4000)
     b_only = rng.binomial(discordant, (psi + delta) / (2 * psi))
@@ -256,7 +257,7 @@ def test_mde_has_about_eighty_percent_power_by_simulation() -> None:
 @pytest.mark.parametrize(("n", "psi"), [(0, 0.1), (100, 0.0), (100, 1.5)])
 def test_mde_rejects_impossible_inputs(n: int, psi: float) -> None:
     with pytest.raises(ValueError):
-        stats.mde(n, psi)
+        paired_tests.mde(n, psi)
 
 
 # --- ladders -----------------------------------------------------------------------
@@ -268,7 +269,7 @@ def test_holm_matches_statsmodels() -> None:
     cases += [[0.01, 0.01, 0.04, 1.0], [1.0, 1.0], [0.0, 0.5, 0.02]]
     for p_values in cases:
         expected = multipletests(p_values, method="holm")[1]
-        assert stats.holm_adjust(p_values) == pytest.approx(list(expected), abs=1e-15)
+        assert paired_tests.holm_adjust(p_values) == pytest.approx(list(expected), abs=1e-15)
 
 
 def test_cochran_q_matches_statsmodels() -> None:
@@ -279,7 +280,7 @@ def test_cochran_q_matches_statsmodels() -> None:
         if matrix.all(axis=1).sum() + (~matrix).all(axis=1).sum() == n:
             continue  # every row constant: statsmodels divides by zero
         expected = sm_cochrans_q(matrix.astype(int))
-        result = stats.cochran_q(matrix)
+        result = paired_tests.cochran_q(matrix)
         assert result.statistic == pytest.approx(expected.statistic, rel=1e-10)
         assert result.p_value == pytest.approx(expected.pvalue, rel=1e-8, abs=1e-300)
         assert result.df == expected.df == k - 1
@@ -288,14 +289,14 @@ def test_cochran_q_matches_statsmodels() -> None:
 def test_cochran_q_with_two_steps_is_uncorrected_mcnemar() -> None:
     # Q for k = 2 reduces to (b - c)^2 / (b + c): here (9 - 3)^2 / 12 = 3.
     rows = [(1, 1)] * 20 + [(1, 0)] * 9 + [(0, 1)] * 3 + [(0, 0)] * 8
-    result = stats.cochran_q(np.array(rows))
+    result = paired_tests.cochran_q(np.array(rows))
     assert result.statistic == pytest.approx(3.0)
     assert result.p_value == pytest.approx(sps.chi2.sf(3.0, 1))
     assert result.n_items == 40
 
 
 def test_cochran_q_when_no_item_separates_the_steps() -> None:
-    result = stats.cochran_q(np.array([[1, 1, 1], [0, 0, 0], [1, 1, 1]]))
+    result = paired_tests.cochran_q(np.array([[1, 1, 1], [0, 0, 0], [1, 1, 1]]))
     assert (result.statistic, result.df, result.p_value) == (0.0, 2, 1.0)
 
 
@@ -306,7 +307,7 @@ def test_align_steps_keeps_items_every_step_answered_alike() -> None:
                          ("q5", "h5", "ok", True)])
     step3 = items_frame([("q1", "h1", "ok", True), ("q2", "h2", "ok", True), ("q3", "hX", "ok", True),
                          ("q4", "h4", "ok", True), ("q5", "h5", "ok", False)])
-    aligned = stats.align_steps([step1, step2, step3])
+    aligned = paired_tests.align_steps([step1, step2, step3])
     assert list(aligned.index) == ["q1", "q5"]
     assert aligned.to_numpy().tolist() == [[True, False, True], [False, True, False]]
 
@@ -326,7 +327,7 @@ def test_align_steps_agrees_with_plain_merges_on_random_runs(seed: int) -> None:
         expected = ok if expected is None else expected.merge(ok, on="item_id")
     hashes = expected[[f"hash_{position}" for position in range(4)]]
     expected = expected[hashes.eq(hashes["hash_0"], axis=0).all(axis=1)].set_index("item_id")[list(range(4))]
-    pd.testing.assert_frame_equal(stats.align_steps(frames), expected.sort_index(), check_dtype=False,
+    pd.testing.assert_frame_equal(paired_tests.align_steps(frames), expected.sort_index(), check_dtype=False,
                                   check_index_type=False, check_column_type=False)
 
 
@@ -349,12 +350,12 @@ def pairing_fixture() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_pair_runs_counts_each_drop_reason() -> None:
     a_items, b_items = pairing_fixture()
-    paired = stats.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
+    paired = paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
     assert list(paired.items["item_id"]) == ["q1", "q2", "q3", "q9"]
     assert paired.dropped == DropCounts(missing_in_a=1, missing_in_b=0, error_in_a=2, error_in_b=1, hash_mismatch=1)
     assert paired.n + paired.dropped.total == 9
     assert not paired.forced
-    assert stats.paired_table(paired) == Table2x2(both_correct=1, a_only=1, b_only=1, neither=1)
+    assert paired_tests.paired_table(paired) == Table2x2(both_correct=1, a_only=1, b_only=1, neither=1)
 
 
 def merge_reference(a_items: pd.DataFrame, b_items: pd.DataFrame) -> tuple[pd.DataFrame, DropCounts]:
@@ -387,7 +388,7 @@ def test_join_items_agrees_with_a_plain_merge_on_random_runs(seed: int, same_ite
         return items_frame(rows, run_id=run_id, endpoint=f"ep{run_id}")
 
     a_items, b_items = random_run(1), random_run(2)
-    joined, dropped = stats.join_items(a_items, b_items)
+    joined, dropped = paired_tests.join_items(a_items, b_items)
     expected, expected_dropped = merge_reference(a_items, b_items)
     assert dropped == expected_dropped
     assert list(joined.columns) == list(expected.columns)
@@ -398,7 +399,7 @@ def test_join_items_treats_a_missing_hash_as_changed_content() -> None:
     a_items = items_frame([("q1", "h1", "ok", True), ("q2", "h2", "ok", True)])
     b_items = items_frame([("q1", "h1", "ok", False), ("q2", "h2", "ok", True)])
     a_items.loc[1, "item_hash"] = None
-    joined, dropped = stats.join_items(a_items, b_items)
+    joined, dropped = paired_tests.join_items(a_items, b_items)
     assert list(joined["item_id"]) == ["q1"]
     assert dropped.hash_mismatch == 1
 
@@ -406,7 +407,7 @@ def test_join_items_treats_a_missing_hash_as_changed_content() -> None:
 def test_pair_runs_refuses_different_settings_and_says_what_differs() -> None:
     a_items, b_items = pairing_fixture()
     with pytest.raises(SettingsMismatch) as caught:
-        stats.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", template="cot-v2", temperature=0.6))
+        paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", template="cot-v2", temperature=0.6))
     message = str(caught.value)
     assert "prompt template ('cot-v1' vs 'cot-v2')" in message
     assert "decoding temperature (0.0 vs 0.6)" in message
@@ -416,7 +417,7 @@ def test_pair_runs_refuses_different_settings_and_says_what_differs() -> None:
 
 def test_pair_runs_forced_records_the_differences() -> None:
     a_items, b_items = pairing_fixture()
-    paired = stats.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", seed=7), force=True)
+    paired = paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", seed=7), force=True)
     assert paired.forced
     assert paired.differences == ("decoding seed ('unset' vs 7)",)
     assert paired.n == 4
@@ -426,24 +427,24 @@ def test_pair_runs_never_pairs_different_tasks() -> None:
     a_items, b_items = pairing_fixture()
     other = RunInfo(2, "awq", "humaneval", "cot-v1", {"temperature": 0.0, "max_tokens": 2048}, mode="chat")
     with pytest.raises(PairingError, match="humaneval"):
-        stats.pair_runs(a_items, b_items, info(1, "bf16"), other, force=True)
+        paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), other, force=True)
 
 
 def test_pair_runs_rejects_empty_and_duplicated_frames() -> None:
     a_items = items_frame([("q1", "h1", "error", False)])
     b_items = items_frame([("q1", "h1", "ok", True)])
     with pytest.raises(PairingError, match="1 error in A"):
-        stats.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
+        paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
     duplicated = items_frame([("q1", "h1", "ok", True), ("q1", "h1", "ok", False)])
     with pytest.raises(PairingError, match="repeated item ids"):
-        stats.pair_runs(duplicated, b_items, info(1, "bf16"), info(2, "awq"))
+        paired_tests.pair_runs(duplicated, b_items, info(1, "bf16"), info(2, "awq"))
 
 
 def test_list_disagreements() -> None:
     a_items, b_items = pairing_fixture()
-    paired = stats.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
-    table = stats.list_disagreements(paired)
-    assert list(table.columns) == list(stats.DISAGREEMENT_COLUMNS)
+    paired = paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
+    table = paired_tests.list_disagreements(paired)
+    assert list(table.columns) == list(paired_tests.DISAGREEMENT_COLUMNS)
     assert table[["item_id", "right", "extracted_a", "extracted_b", "reference"]].to_dict("records") == [
         {"item_id": "q2", "right": "A", "extracted_a": "bf16-q2", "extracted_b": "awq-q2", "reference": "ref-q2"},
         {"item_id": "q3", "right": "B", "extracted_a": "bf16-q3", "extracted_b": "awq-q3", "reference": "ref-q3"},
@@ -461,7 +462,7 @@ def test_flip_rate_counts_changed_items() -> None:
     rows = [(f"q{i}", f"h{i}", "ok", (i % 2 == 0) != (i in flipped)) for i in range(10)]
     rows[9] = ("q9", "h9", "error", False)
     run2 = items_frame(rows)
-    result = stats.flip_rate(run1, run2)
+    result = paired_tests.flip_rate(run1, run2)
     assert (result.n_paired, result.flips) == (9, 3)
     assert result.rate == pytest.approx(1 / 3)
 
@@ -470,10 +471,10 @@ def test_noise_floor_flags_up_to_the_binomial_quantile() -> None:
     n, rate = 400, 0.04
     quantile = next(k for k in range(n + 1) if sps.binom.cdf(k, n, rate) >= 0.95)
     assert sps.binom.cdf(quantile - 1, n, rate) < 0.95
-    assert stats.within_noise_floor(quantile, n, rate)
-    assert not stats.within_noise_floor(quantile + 1, n, rate)
-    assert stats.within_noise_floor(0, n, 0.0)
-    assert not stats.within_noise_floor(1, n, 0.0)
+    assert paired_tests.within_noise_floor(quantile, n, rate)
+    assert not paired_tests.within_noise_floor(quantile + 1, n, rate)
+    assert paired_tests.within_noise_floor(0, n, 0.0)
+    assert not paired_tests.within_noise_floor(1, n, 0.0)
 
 
 def test_stats_module_does_not_import_the_cli_or_database() -> None:
@@ -481,9 +482,9 @@ def test_stats_module_does_not_import_the_cli_or_database() -> None:
     import sys
 
     code = (
-        "import sys, evalsvc.stats; "
+        "import sys, evalsvc.statistics.paired_tests; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('db', 'click', 'sqlalchemy', 'streamlit') "
-        "or m in ('evalsvc.cli', 'evalsvc.compare')]; "
+        "or m in ('evalsvc.cli', 'evalsvc.report.accuracy_report')]; "
         "print(','.join(bad))"
     )
     root = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsvc.status import (
+from evalsvc.run.status import (
     DEFAULT_INTERVAL_S,
     INTERVAL_ENV,
     LongStep,

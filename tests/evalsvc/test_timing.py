@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from evalsvc import timing
-from evalsvc.timing import (
+from evalsvc.statistics import output_length
+from evalsvc.statistics.output_length import (
     TASK_TIME_MODEL,
     EndpointSpeed,
     TimingInputError,
@@ -320,7 +320,7 @@ def test_bootstrap_means_equal_averaging_the_drawn_values() -> None:
     """The count-matrix shortcut gives the means of the drawn indices: exactly on integer token counts."""
     tokens = np.random.default_rng(8).integers(0, 900, size=(300, 2)).astype(float)
     drawn = np.random.default_rng(4).integers(0, 300, size=(700, 300))
-    means = timing._resampled_means(np.random.default_rng(4), [tokens[:, 0], tokens[:, 1]], 700)
+    means = output_length._resampled_means(np.random.default_rng(4), [tokens[:, 0], tokens[:, 1]], 700)
     for column in range(2):
         assert np.array_equal(means[column], tokens[drawn, column].mean(axis=1))
 
@@ -328,8 +328,8 @@ def test_bootstrap_means_equal_averaging_the_drawn_values() -> None:
 def test_remembered_draws_change_no_result_and_leave_the_generator_where_drawing_would() -> None:
     a = np.random.default_rng(1).integers(10, 400, 123).astype(float)
     fresh, repeat = np.random.default_rng(6), np.random.default_rng(6)
-    first = timing._resampled_means(fresh, [a, a + 3], 1500)
-    second = timing._resampled_means(repeat, [a, a + 3], 1500)  # served from the memo
+    first = output_length._resampled_means(fresh, [a, a + 3], 1500)
+    second = output_length._resampled_means(repeat, [a, a + 3], 1500)  # served from the memo
     assert all(np.array_equal(x, y) for x, y in zip(first, second))
     assert fresh.bit_generator.state == repeat.bit_generator.state
     expected = np.random.default_rng(6)
@@ -343,7 +343,7 @@ def test_large_sample_wilcoxon_matches_scipy(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(51, 600))
     diffs = rng.integers(-25, 30, n).astype(float) * (1 if seed % 2 else 0.5)
-    statistic, p = timing._wilcoxon(diffs)
+    statistic, p = output_length._wilcoxon(diffs)
     expected = sps.wilcoxon(diffs, zero_method="wilcox", method="approx")
     assert statistic == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue, rel=1e-9)
 
@@ -358,17 +358,17 @@ def test_token_ratios_are_the_point_figures_of_the_full_measurement(seed: int) -
     correct_a, correct_b = rng.random(n) < 0.6, rng.random(n) < 0.6
     try:
         full = measure_length_inflation(a, b, correct_a, correct_b, n_boot=50)
-    except timing.TimingInputError as exc:
-        with pytest.raises(timing.TimingInputError, match=str(exc)[:30]):
-            timing.token_ratios(a, b, correct_a, correct_b)
+    except output_length.TimingInputError as exc:
+        with pytest.raises(output_length.TimingInputError, match=str(exc)[:30]):
+            output_length.token_ratios(a, b, correct_a, correct_b)
         return
-    assert timing.token_ratios(a, b, correct_a, correct_b) == full.ratios
+    assert output_length.token_ratios(a, b, correct_a, correct_b) == full.ratios
 
 
 def test_token_ratios_refuse_what_the_full_measurement_refuses() -> None:
-    with pytest.raises(timing.TimingInputError, match="at least 2 paired items"):
-        timing.token_ratios([10.0], [12.0], [True], [True])
-    with pytest.raises(timing.TimingInputError, match="wrote no tokens"):
-        timing.token_ratios([0.0, 0.0], [5.0, 6.0], [True, True], [True, True])
-    assert timing.token_ratios([10.0, 20.0, 30.0], [20.0, 20.0, 60.0], [True, False, True], [True, True, True]) == \
-        timing.TokenRatios(100 / 60, 80 / 40)
+    with pytest.raises(output_length.TimingInputError, match="at least 2 paired items"):
+        output_length.token_ratios([10.0], [12.0], [True], [True])
+    with pytest.raises(output_length.TimingInputError, match="wrote no tokens"):
+        output_length.token_ratios([0.0, 0.0], [5.0, 6.0], [True, True], [True, True])
+    ratios = output_length.token_ratios([10.0, 20.0, 30.0], [20.0, 20.0, 60.0], [True, False, True], [True, True, True])
+    assert ratios == output_length.TokenRatios(100 / 60, 80 / 40)

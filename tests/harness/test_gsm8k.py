@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsvc.runner import dataset_hash
+from evalsvc.run.runner import dataset_hash
 from harness.tasks import TaskError, get_task, pick_template
 from harness.tasks.gsm8k import DATA_ENV, GSM8KDataError, extract_answer, gold_answer, normalize_number
 from harness.types import Completion

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 
-from evalsvc.status import STATUS_LOGGER
+from evalsvc.run.status import STATUS_LOGGER
 
 log = logging.getLogger(STATUS_LOGGER)
 

@@ -5,8 +5,8 @@ stopping what an earlier run left behind. Long setup commands run for a user
 Every launch is guarded three ways, so that no server outlives its run:
 
 1. the launcher stops the server's process group when the step ends, also on
-   Ctrl-C, SIGTERM and SIGHUP (see `evalsvc.interrupts`);
-2. a watchdog process (`evalsvc/watchdog.py`) stops it when the launcher dies
+   Ctrl-C, SIGTERM and SIGHUP (see `evalsvc.run.interrupts`);
+2. a watchdog process (`evalsvc/ladder/watchdog.py`) stops it when the launcher dies
    without a word (SIGKILL, out of memory);
 3. each launch is recorded in `$EVALSVC_HOME/launched/<launch id>.json`
    (process group, leader start time, command, ports, who launched it), and
@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from evalsvc import watchdog
-from evalsvc.watchdog import LAUNCH_ENV
+from evalsvc.ladder import watchdog
+from evalsvc.ladder.watchdog import LAUNCH_ENV
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class LaunchRecord:
 
 def registry_dir() -> Path:
     """`$EVALSVC_HOME/launched`: one JSON file per launched server that has not been stopped yet."""
-    from evalsvc.embedded import evalsvc_home  # embedded imports the ladder module, which imports this one
+    from evalsvc.engine.embedded import evalsvc_home  # embedded imports the ladder module, which imports this one
 
     return evalsvc_home() / REGISTRY_DIR
 

@@ -1,6 +1,6 @@
 """Comparisons of runs and ladders of runs, and how to report them.
 
-Builds on the pure statistics in `evalsvc.stats`: one `Comparison` per task
+Builds on the pure statistics in `evalsvc.statistics.paired_tests`: one `Comparison` per task
 and pair of runs, a `LadderReport` over an ordered list of steps, and three
 renderings of each (terminal text, Markdown, JSON-ready dict). Every report
 also says in words what a reader may and may not conclude.
@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from evalsvc import stats
 from evalsvc.decision import rule
 from evalsvc.decision.rule import DEFAULT_MARGIN, POWER, Verdict
-from evalsvc.stats import CochranQ, DropCounts, RunInfo, Table2x2
+from evalsvc.statistics import paired_tests
+from evalsvc.statistics.paired_tests import CochranQ, DropCounts, RunInfo, Table2x2
 
 DEFAULT_ALPHA = 1 - rule.CONFIDENCE  # Cochran's Q and the MDE; verdicts read the 95% interval
 
@@ -90,32 +90,32 @@ def compare_runs(
     margin: float = DEFAULT_MARGIN,
     force: bool = False,
     flip_rate: float | None = None,
-    arrays: tuple[stats.RunArrays, stats.RunArrays] | None = None,
+    arrays: tuple[paired_tests.RunArrays, paired_tests.RunArrays] | None = None,
 ) -> Comparison:
     """Pair two runs and compute every figure of the comparison.
 
     `flip_rate` is the run-to-run flip rate of these endpoints, when known;
     without it the noise-floor flag is None. `arrays` as for
-    `stats.pair_runs`. Raises `stats.PairingError`.
+    `paired_tests.pair_runs`. Raises `paired_tests.PairingError`.
     """
-    paired = stats.pair_runs(a_items, b_items, a_info, b_info, force, arrays)
+    paired = paired_tests.pair_runs(a_items, b_items, a_info, b_info, force, arrays)
     return summarize_pairing(paired, margin, flip_rate)
 
 
 def summarize_pairing(
-    paired: stats.Paired, margin: float = DEFAULT_MARGIN, flip_rate: float | None = None
+    paired: paired_tests.Paired, margin: float = DEFAULT_MARGIN, flip_rate: float | None = None
 ) -> Comparison:
     """Turn a pairing into a `Comparison`: the verdict by `rule.verdict_of` on the one interval.
 
     The MDE uses the observed discordant rate as the planning value (`rule.detectable`).
     """
-    table = stats.paired_table(paired)
-    tests = stats.mcnemar(table)
+    table = paired_tests.paired_table(paired)
+    tests = paired_tests.mcnemar(table)
     interval = rule.interval(table)
     verdict = rule.verdict_of(interval.low, interval.high, margin)
     noise = None
     if flip_rate is not None:
-        noise = stats.within_noise_floor(table.discordant, table.n, flip_rate)
+        noise = paired_tests.within_noise_floor(table.discordant, table.n, flip_rate)
     return Comparison(
         task=paired.a_info.task, endpoint_a=paired.a_info.endpoint, endpoint_b=paired.b_info.endpoint,
         run_a=paired.a_info.run_id, run_b=paired.b_info.run_id, table=table,
@@ -172,7 +172,7 @@ def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
         sentences.append(f"Pairing was forced although the runs differ in {'; '.join(c.differences)}.")
     if c.dropped.total:
         were = "item was" if c.dropped.total == 1 else "items were"
-        sentences.append(f"{c.dropped.total} {were} left out ({stats.format_drops(c.dropped)}).")
+        sentences.append(f"{c.dropped.total} {were} left out ({paired_tests.format_drops(c.dropped)}).")
     return head + " ".join(sentences)
 
 
@@ -314,9 +314,9 @@ class StepRun:
     items: pd.DataFrame
 
     @cached_property
-    def arrays(self) -> stats.RunArrays:
+    def arrays(self) -> paired_tests.RunArrays:
         """The items as pairing reads them, made once for the two to four pairs a ladder puts this run in."""
-        return stats.RunArrays.of(self.items, str(self.info.run_id))
+        return paired_tests.RunArrays.of(self.items, str(self.info.run_id))
 
 
 @dataclass(frozen=True, eq=False)
@@ -406,7 +406,7 @@ def build_ladder_report(
         raise ValueError(f"step names repeat: {names}")
     base = names.index(baseline) if baseline is not None else 0
     raw = _ladder_comparisons(steps, base, margins, force, flip_rates or {})
-    adjusted = stats.holm_adjust([comparison.p_exact for _, _, _, comparison in raw])
+    adjusted = paired_tests.holm_adjust([comparison.p_exact for _, _, _, comparison in raw])
     entries = tuple(LadderEntry(a, b, kind, comparison, p) for (a, b, kind, comparison), p in zip(raw, adjusted))
     return LadderReport(tuple(names), names[base], entries, _ladder_cochran(steps))
 
@@ -445,7 +445,7 @@ def _ladder_cochran(steps: Sequence[LadderStep]) -> dict[str, CochranQ]:
         frames = [run.items for step in steps if (run := step.run_for(task)) is not None]
         if len(frames) < 2:
             continue
-        results[task] = stats.cochran_q(stats.align_steps(frames))
+        results[task] = paired_tests.cochran_q(paired_tests.align_steps(frames))
     return results
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ENGINE_FIX = ".venv/bin/python -c 'from evalsvc.embedded import ensure_engine; ensure_engine()'  (or just `evalsvc demo`)"
+ENGINE_FIX = (".venv/bin/python -c 'from evalsvc.engine.embedded import ensure_engine; ensure_engine()'"
+              "  (or just `evalsvc demo`)")
 BWRAP_FIX = "sudo apt-get install bubblewrap  (Fedora: sudo dnf install bubblewrap)"
 CHROMIUM_ENV = "EVALSVC_CHROMIUM"
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
@@ -67,7 +68,7 @@ def check_bubblewrap() -> Check:
 
 def check_engine() -> Check:
     """The embedded llama.cpp engine: built once, by the demo itself when it is missing."""
-    from evalsvc.embedded import EngineSetupError, engine_state
+    from evalsvc.engine.embedded import EngineSetupError, engine_state
 
     needed = "evalsvc demo"
     try:
@@ -153,7 +154,7 @@ def check_chromium() -> Check:
 
 def check_launched_servers() -> Check:
     """Servers evalsvc launched that are still alive: in use by a running evalsvc, or left behind by one that died."""
-    from evalsvc.servers import live_servers, registry_dir
+    from evalsvc.ladder.servers import live_servers, registry_dir
 
     needed = "ladder runs"
     live = live_servers()

@@ -14,11 +14,12 @@ from typing import Sequence
 
 from db import queries
 from db.engine import Store
-from evalsvc.ladder import Ladder, LadderStep, StepLaunchError, launch_step, resolve_ladder, step_log_path
 from db.speed import latest_speed_run
-from evalsvc.runner import RunSpec, config_hash, dataset_hash, run_evaluation
-from evalsvc.speed_run import SpeedError, SpeedPlan, measure_speed
-from evalsvc.status import LongStep, StepTimes, long_step
+from evalsvc.ladder.file import Ladder, LadderStep, resolve_ladder
+from evalsvc.ladder.launch import StepLaunchError, launch_step, step_log_path
+from evalsvc.run.runner import RunSpec, config_hash, dataset_hash, run_evaluation
+from evalsvc.run.speed import SpeedError, SpeedPlan, measure_speed
+from evalsvc.run.status import LongStep, StepTimes, long_step
 from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import get_task, pick_template
 
@@ -58,7 +59,7 @@ def prepare_ladder(ladder: Ladder) -> Ladder:
     """Fill placeholders, building the embedded engine first when the ladder asks for it."""
     variables = dict(os.environ)
     if ladder.setup == "embedded":
-        from evalsvc.embedded import ensure_engine
+        from evalsvc.engine.embedded import ensure_engine
 
         variables.update(ensure_engine().placeholders())
     return resolve_ladder(ladder, variables)
@@ -111,7 +112,7 @@ def has_speed(store: Store, endpoint: str, workload: str) -> bool:
 
 def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True,
                times: StepTimes | None = None) -> list[StepOutcome]:
-    """Evaluate every step of a resolved ladder in order, announcing each long part (see `evalsvc.status`);
+    """Evaluate every step of a resolved ladder in order, announcing each long part (see `evalsvc.run.status`);
     first check that every task can be scored here (a broken sandbox stops it before any step is launched)."""
     check_tasks(plan.tasks, plan.base.isolation)
     outcomes = []

@@ -2,7 +2,7 @@
 server goes, however it goes (SIGKILL and the out-of-memory killer included),
 the server and everything it started go too.
 
-`evalsvc.servers` runs this file as a script, standard library only and
+`evalsvc.ladder.servers` runs this file as a script, standard library only and
 without importing the package, so it starts in tens of milliseconds whatever
 PYTHONPATH says:
 
@@ -24,7 +24,7 @@ direct child, while SGLang runs several processes. The watchdog is in a
 session of its own, so a Ctrl-C or hang-up meant for the launcher's terminal
 does not reach it.
 
-The functions below that read /proc are also how `evalsvc.servers` tells a
+The functions below that read /proc are also how `evalsvc.ladder.servers` tells a
 process evalsvc launched from one that merely reuses its pid.
 """
 

@@ -20,7 +20,7 @@ a real deployment, and its own install stays light:
 Every step is skipped when its result is already there; a file lock keeps two
 callers from building at once. Each step that runs says what it does, how long
 it took here last time and where its log is, and then gives a status line
-every half minute (`evalsvc.status`).
+every half minute (`evalsvc.run.status`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalsvc.ladder import read_log_tail
-from evalsvc.servers import run_guarded
-from evalsvc.status import LongStep, StepTimes, long_step
+from evalsvc.ladder.launch import read_log_tail
+from evalsvc.ladder.servers import run_guarded
+from evalsvc.run.status import LongStep, StepTimes, long_step
 from harness.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ never ran here) and where its log is; while it runs, a line every
 `status_interval()` seconds gives the elapsed time and the log's last line.
 
 Durations are remembered in a small JSON file (`StepTimes`). The lines go to
-the `evalsvc.status` logger; the CLI prints that logger's records on stderr.
+the `evalsvc.run.status` logger; the CLI prints that logger's records on stderr.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalsvc.ladder import read_log_tail
+from evalsvc.ladder.launch import read_log_tail
 
-STATUS_LOGGER = "evalsvc.status"
+STATUS_LOGGER = "evalsvc.run.status"
 INTERVAL_ENV = "EVALSVC_STATUS_INTERVAL"
 DEFAULT_INTERVAL_S = 30.0  # "at least one status line a minute", with room for a busy machine
 LAST_LINE_CHARS = 160

@@ -14,10 +14,12 @@ from db import queries
 from db.engine import Store
 from db.models import Endpoint, Run
 from db.speed import speed_samples
-from evalsvc import compare, stats, timing
 from evalsvc.decision import build, rule
 from evalsvc.decision.build import LadderDecision, LengthRow
 from evalsvc.decision.workload import Choice, PairChoice, Reason, ReasonKind, WorkloadDecision
+from evalsvc.report import accuracy_report
+from evalsvc.statistics import paired_tests
+from evalsvc.statistics import output_length
 
 
 # -- the ladder report ------------------------------------------------------------------
@@ -30,7 +32,7 @@ class FullReport:
     ladder: LadderDecision
 
     @property
-    def accuracy(self) -> compare.LadderReport:
+    def accuracy(self) -> accuracy_report.LadderReport:
         return self.ladder.accuracy
 
     @property
@@ -47,7 +49,7 @@ class FullReport:
         return self._render(markdown=True)
 
     def _render(self, markdown: bool) -> str:
-        render = compare.render_ladder_markdown if markdown else compare.render_ladder_text
+        render = accuracy_report.render_ladder_markdown if markdown else accuracy_report.render_ladder_text
         parts = [render(self.ladder.accuracy)]
         if self.ladder.picked.aside:
             parts.append(render_aside(self.ladder, markdown))
@@ -85,11 +87,11 @@ def render_lengths(rows: Sequence[LengthRow], markdown: bool = False) -> str:
     body = []
     for r in rows:
         w = r.inflation.all_items
-        p = "-" if w.wilcoxon_p is None else compare.format_p(w.wilcoxon_p)
+        p = "-" if w.wilcoxon_p is None else accuracy_report.format_p(w.wilcoxon_p)
         body.append([r.task, r.step_a, r.step_b, str(w.n), str(r.answers_changed), f"{w.mean_a:.1f}",
                      f"{w.mean_b:.1f}", f"{w.ratio_of_means:.3f}", f"{w.ci[0]:.3f}-{w.ci[1]:.3f}", p,
                      f"{r.inflation.truncated_a}/{r.inflation.truncated_b}", str(r.inflation.n_missing)])
-    render = compare.render_markdown_table if markdown else compare.render_text_table
+    render = accuracy_report.render_markdown_table if markdown else accuracy_report.render_text_table
     title = "## Output length" if markdown else "Output length (completion tokens, paired items; ratio of means, paired bootstrap CI)"
     note = "Left out: paired items where either side has no valid token count (the endpoint sent none or an impossible one)."
     return f"{title}\n\n{render(header, body)}\n\n{note}"
@@ -132,16 +134,16 @@ def explain_reason(d: WorkloadDecision, reason: Reason) -> str:
 def _accuracy_words(d: WorkloadDecision) -> str:
     c = d.accuracy
     assert c is not None
-    words = (f"accuracy {compare.verdict_label(c)} ({c.task}: B-A {100 * c.diff:+.1f} points, "
+    words = (f"accuracy {accuracy_report.verdict_label(c)} ({c.task}: B-A {100 * c.diff:+.1f} points, "
              f"95% CI {100 * c.diff_ci_low:+.1f} to {100 * c.diff_ci_high:+.1f})")
     if d.workload == "chat":
         words += f", standing in for chat from {c.task}, the worst verdict of the pair's tasks"
     if d.settle is not None:
-        words += "; " + compare.describe_settle(c.task, d.settle).rstrip(".")
+        words += "; " + accuracy_report.describe_settle(c.task, d.settle).rstrip(".")
     return words
 
 
-def _time_words(time: timing.TaskTimeChange) -> str:
+def _time_words(time: output_length.TaskTimeChange) -> str:
     low, high = time.ci
     words = (f"B decodes {time.speed_ratio:.2f}x as fast and writes {time.token_ratio:.2f}x the tokens, so task "
              f"time B/A is {time.ratio:.3f} ({round(time.confidence * 100)}% CI {low:.3f}-{high:.3f})")
@@ -167,7 +169,8 @@ def pair_dict(pair: PairChoice) -> dict[str, Any]:
 
 def render_decisions(decisions: Sequence[PairChoice], markdown: bool = False) -> str:
     """One line per step up and workload: take B, stop at A, or can't tell yet and what would settle it."""
-    model = f"_Model of time: {timing.TASK_TIME_MODEL}_" if markdown else f"Model of time: {timing.TASK_TIME_MODEL}"
+    model = f"Model of time: {output_length.TASK_TIME_MODEL}"
+    model = f"_{model}_" if markdown else model
     lines = ["## Decisions" if markdown else "Decisions (per workload)", "", model, ""]
     for pair in decisions:
         lines.append(f"{'### ' if markdown else ''}{pair.step_a} -> {pair.step_b}")
@@ -184,13 +187,13 @@ def decide_pair(store: Store, a: str, b: str, margins: rule.Margins = rule.Margi
 # -- items and speeds ----------------------------------------------------------------------
 
 
-def disagreements(store: Store, comparison: compare.Comparison) -> pd.DataFrame:
+def disagreements(store: Store, comparison: accuracy_report.Comparison) -> pd.DataFrame:
     """Items of a comparison where exactly one side was right."""
     with store.session() as session:
         a = queries.items_frame(session, comparison.run_a)
         b = queries.items_frame(session, comparison.run_b)
         infos = [build.run_info(session.get(Run, rid)) for rid in (comparison.run_a, comparison.run_b)]
-    return stats.list_disagreements(stats.pair_runs(a, b, infos[0], infos[1], force=comparison.forced))
+    return paired_tests.list_disagreements(paired_tests.pair_runs(a, b, infos[0], infos[1], force=comparison.forced))
 
 
 def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
