@@ -38,6 +38,15 @@ def db_path(tmp_path: Path) -> str:
     return str(tmp_path / "evalsvc.db")
 
 
+def store_run(db: str, name: str, wrong: Callable[[str], bool], tokens: Callable[[str], int], *extra: str,
+              limit: int = 120) -> None:
+    """Store a GSM8K run of `limit` items for endpoint `name` through the CLI, answered by the oracle."""
+    with FakeOpenAI(gsm8k_oracle(wrong, tokens)) as server:
+        result = run_cli("run", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
+                         "--data", GSM8K_TEST, "--db", db, "--limit", str(limit), "--no-progress", *extra)
+    assert result.exit_code == 0, result.output
+
+
 def run_cli(*args: str) -> Result:
     """Invoke the CLI in-process; exceptions other than exits propagate."""
     from evalsvc.cli import main

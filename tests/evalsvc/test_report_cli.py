@@ -5,30 +5,29 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Callable, Iterator
 
 import pytest
 from statsmodels.stats.contingency_tables import mcnemar
 
-from tests.conftest import GSM8K_TEST, run_cli
-from tests.fake_openai import FakeOpenAI, gsm8k_oracle
-
-LIMIT = "120"
+from tests.conftest import run_cli, store_run
 
 
-def store_run(db: str, name: str, wrong: Callable[[str], bool], tokens: Callable[[str], int], *extra: str) -> None:
-    with FakeOpenAI(gsm8k_oracle(wrong, tokens)) as server:
-        result = run_cli("run", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
-                         "--data", GSM8K_TEST, "--db", db, "--limit", LIMIT, "--no-progress", *extra)
-    assert result.exit_code == 0, result.output
+@pytest.fixture(scope="module")
+def stored_ladder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Three steps' runs, stored through the CLI once for the module."""
+    db = str(tmp_path_factory.mktemp("ladder") / "evalsvc.db")
+    store_run(db, "bf16", lambda q: len(q) % 4 == 0, lambda q: 100 + len(q) % 17)
+    store_run(db, "int4", lambda q: len(q) % 5 == 0, lambda q: 121 + len(q) % 19)
+    store_run(db, "int3", lambda q: len(q) % 2 == 0, lambda q: 130 + len(q) % 23)
+    return db
 
 
 @pytest.fixture
-def ladder_db(db_path: str) -> Iterator[str]:
-    store_run(db_path, "bf16", lambda q: len(q) % 4 == 0, lambda q: 100 + len(q) % 17)
-    store_run(db_path, "int4", lambda q: len(q) % 5 == 0, lambda q: 121 + len(q) % 19)
-    store_run(db_path, "int3", lambda q: len(q) % 2 == 0, lambda q: 130 + len(q) % 23)
-    yield db_path
+def ladder_db(stored_ladder: str, db_path: str) -> str:
+    """A copy of the stored ladder each test may change (SQLite's backup: the WAL is part of the store)."""
+    with sqlite3.connect(stored_ladder) as source, sqlite3.connect(db_path) as copy:
+        source.backup(copy)
+    return db_path
 
 
 def table_from_sqlite(db: str, a: str, b: str) -> tuple[int, int, int, int]:

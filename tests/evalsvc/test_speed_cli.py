@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import GSM8K_TEST, run_cli
-from tests.evalsvc.test_report_cli import store_run
+from tests.conftest import GSM8K_TEST, run_cli, store_run
 from tests.streaming_server import StreamScript, serve_stream
 
 
