@@ -29,7 +29,9 @@ from db.speed import speed_run_ids
 from evalsvc.decision import build, rule
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
+from evalsvc.statistics import pairing
 from evalsvc.statistics import output_length
+from evalsvc.statistics import task_time
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +136,9 @@ def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
 
 
 @st.cache_data(ttl=10, show_spinner=False)
-def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, output_length.EndpointSpeed]]:
+def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, task_time.EndpointSpeed]]:
     """Each endpoint's latest speed per workload (`evalsvc speed`), where one is stored and usable."""
-    found: dict[str, dict[str, output_length.EndpointSpeed]] = {}
+    found: dict[str, dict[str, task_time.EndpointSpeed]] = {}
     with get_store(url).session() as session:
         for name in endpoints:
             endpoint = queries.get_endpoint(session, name)
@@ -145,7 +147,7 @@ def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str,
     return found
 
 
-def _speed(session: Session, endpoint: Endpoint, workload: str) -> output_length.EndpointSpeed | None:
+def _speed(session: Session, endpoint: Endpoint, workload: str) -> task_time.EndpointSpeed | None:
     speed = build.endpoint_speed(session, endpoint, workload)
     if isinstance(speed, str):
         log.info("no usable %s speed for %s: %s", workload, endpoint.name, speed)
@@ -166,7 +168,7 @@ class PairResult:
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)
-def _info(url: str, run_id: int) -> paired_tests.RunInfo:
+def _info(url: str, run_id: int) -> pairing.RunInfo:
     """What a run was (endpoint, task, template, decoding); fixed once the run exists."""
     with get_store(url).session() as session:
         return build.run_info(queries.resolve_run(session, str(run_id)))
@@ -178,7 +180,7 @@ def pair(
     """The paired items and comparison of run B against run A; only `columns` of each run's items when given."""
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     # `force` changes nothing when the settings agree: one cache entry then serves every caller.
-    forced = force and bool(paired_tests.settings_differences(info_a, info_b))
+    forced = force and bool(pairing.settings_differences(info_a, info_b))
     return _pair(url, key_a, key_b, forced, columns, margins().of(info_a.task))
 
 
@@ -190,10 +192,10 @@ def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[st
     if columns is not None:
         items_a, items_b = items_a[list(columns)], items_b[list(columns)]
     try:
-        paired = paired_tests.pair_runs(items_a, items_b, info_a, info_b, force=force)
-    except paired_tests.SettingsMismatch as exc:
+        paired = pairing.pair_runs(items_a, items_b, info_a, info_b, force=force)
+    except pairing.SettingsMismatch as exc:
         return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
-    except paired_tests.PairingError as exc:
+    except pairing.PairingError as exc:
         return PairResult(None, pd.DataFrame(), str(exc))
     return PairResult(accuracy_report.summarize_pairing(paired, margin), paired.items, None, paired.differences)
 
@@ -238,7 +240,7 @@ def _ladder(url: str, steps: tuple[str, ...], run_keys_: tuple[RunKey, ...], spe
     try:
         # No page shows the length table: leave out its intervals.
         return build.build_ladder(get_store(url), steps, force=force, margins=margins_, lengths=False)
-    except (paired_tests.PairingError, queries.NotFound, ValueError) as exc:
+    except (pairing.PairingError, queries.NotFound, ValueError) as exc:
         return str(exc)
 
 
@@ -297,9 +299,9 @@ def ladder_keys(per_task: dict[str, dict[str, RunKey]]) -> tuple[RunKey, ...]:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def pair_length_and_time(
-    url: str, key_a: RunKey, key_b: RunKey, speed_a: output_length.EndpointSpeed | None,
-    speed_b: output_length.EndpointSpeed | None,
-) -> tuple[output_length.LengthInflation | None, output_length.TaskTimeChange | None, str | None]:
+    url: str, key_a: RunKey, key_b: RunKey, speed_a: task_time.EndpointSpeed | None,
+    speed_b: task_time.EndpointSpeed | None,
+) -> tuple[output_length.LengthInflation | None, task_time.TaskTimeChange | None, str | None]:
     """Output-length change of any two runs, and the task-time change when both speeds are known,
     computed as the ladder computes them (`build.length_row`, `build.time_change`)."""
     run_a, run_b = (accuracy_report.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
@@ -328,7 +330,7 @@ def flip_rate(url: str, key_1: RunKey, key_2: RunKey) -> paired_tests.FlipRate |
     """How often two runs of the same endpoint disagree on correctness."""
     try:
         return paired_tests.flip_rate(load_items(url, key_1), load_items(url, key_2))
-    except paired_tests.PairingError as exc:
+    except pairing.PairingError as exc:
         return str(exc)
 
 

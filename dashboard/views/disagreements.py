@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analysis, data, widgets
-from evalsvc.statistics import paired_tests
+from evalsvc.statistics import pairing
 
 FILTER_PROBLEMS = "errors and cut answers"
 LIST_COLUMNS = {
@@ -151,7 +151,7 @@ def main() -> None:
     dropped = result.comparison.dropped
     if dropped.total:
         were = "item was" if dropped.total == 1 else "items were"
-        st.caption(f"{dropped.total} {were} left out of the comparison ({paired_tests.format_drops(dropped)}); "
+        st.caption(f"{dropped.total} {were} left out of the comparison ({pairing.format_drops(dropped)}); "
                    f"see \"{FILTER_PROBLEMS}\".")
     kind, threshold = pick_filter()
     shown = matching_items(url, result, keys, pair, kind, threshold)

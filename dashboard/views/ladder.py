@@ -13,7 +13,7 @@ from evalsvc.decision import build
 from evalsvc.decision.workload import Choice, WorkloadDecision
 from evalsvc.report import accuracy_report
 from evalsvc.report import decision_report
-from evalsvc.statistics import output_length
+from evalsvc.statistics import task_time
 
 
 # What a ladder-table row reads of the runs table.
@@ -90,7 +90,7 @@ def _evidence_task(d: WorkloadDecision) -> str | None:
     return d.accuracy.task if d.accuracy else d.accuracy_from
 
 
-def has_chat_speeds(speeds: dict[str, dict[str, output_length.EndpointSpeed]]) -> bool:
+def has_chat_speeds(speeds: dict[str, dict[str, task_time.EndpointSpeed]]) -> bool:
     return any("chat" in per_step for per_step in speeds.values())
 
 
@@ -159,7 +159,7 @@ def render_aside(found: build.LadderDecision) -> None:
 def task_table(
     url: str, runs: pd.DataFrame, task: str, per_step: dict[str, analysis.RunKey],
     ladder_keys: tuple[analysis.RunKey, ...], decisions: Sequence[WorkloadDecision],
-    speeds: dict[str, dict[str, output_length.EndpointSpeed]],
+    speeds: dict[str, dict[str, task_time.EndpointSpeed]],
 ) -> pd.DataFrame:
     """The ladder table of one task, as display strings."""
     workload = analysis.workload_of(task)
@@ -194,7 +194,7 @@ def _time_cell(d: WorkloadDecision | None) -> str:
 
 def ladder_chart(
     runs: pd.DataFrame, per_task: dict[str, dict[str, analysis.RunKey]], steps: Sequence[str],
-    speeds: dict[str, dict[str, output_length.EndpointSpeed]],
+    speeds: dict[str, dict[str, task_time.EndpointSpeed]],
 ) -> alt.HConcatChart:
     """Accuracy per task with its Wilson interval, and decode speed per workload, down the ladder.
 
@@ -253,7 +253,7 @@ def main() -> None:
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")
         st.dataframe(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
-    st.caption("Accuracy intervals are Wilson 95%. " + output_length.TASK_TIME_MODEL)
+    st.caption("Accuracy intervals are Wilson 95%. " + task_time.TASK_TIME_MODEL)
     if per_task:
         widgets.chart(ladder_chart(runs, per_task, steps, speeds))
 

@@ -11,6 +11,7 @@ from evalsvc.decision import build
 from evalsvc.report import accuracy_report
 from evalsvc.report import decision_report
 from evalsvc.statistics import output_length
+from evalsvc.statistics import task_time
 
 
 def length_table(length: output_length.LengthInflation) -> pd.DataFrame:
@@ -69,7 +70,7 @@ def _outcomes(correct_a: pd.Series, correct_b: pd.Series) -> list[str]:
     return [labels.get((bool(a), bool(b)), "both wrong") for a, b in zip(correct_a, correct_b)]
 
 
-def render_time(time: output_length.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
+def render_time(time: task_time.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
     """Task time of B against A, or what is missing to compute it."""
     if time is None:
         st.info(f"No {workload} decode speed stored for both steps; measure it with "

@@ -34,7 +34,9 @@ from evalsvc.decision.pick import AsideReason, Picked, RunRecord, pick_runs
 from evalsvc.decision.workload import PairChoice, Reason, ReasonKind, WorkloadDecision, decide_workload
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
+from evalsvc.statistics import pairing
 from evalsvc.statistics import output_length
+from evalsvc.statistics import task_time
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,8 @@ DEFAULT_TASKS = tuple(TASK_WORKLOAD)
 DEFAULT_MARGINS = rule.Margins()
 
 
-def run_info(run: Run) -> paired_tests.RunInfo:
-    return paired_tests.RunInfo(run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
+def run_info(run: Run) -> pairing.RunInfo:
+    return pairing.RunInfo(run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
                          decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash,
                          isolation=run.isolation)
 
@@ -73,16 +75,16 @@ def _step_runs(session: Session, picked: Picked) -> dict[int, accuracy_report.St
             for rid, frame in frames.items()}
 
 
-def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> output_length.EndpointSpeed | str:
+def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> task_time.EndpointSpeed | str:
     """The endpoint's latest speed for the workload, or a sentence saying why there is none."""
     run = latest_speed_run(session, endpoint.id, workload)
     if run is None:
         return (f"no {workload} speed for {endpoint.name} "
                 f"(run `evalsvc speed --endpoint {endpoint.name} --workload {workload}`)")
     if not run.measured:
-        return output_length.EndpointSpeed.by_hand(run.decode_tps_by_hand or 0.0, run.source, run.ttft_s_by_hand or 0.0)
+        return task_time.EndpointSpeed.by_hand(run.decode_tps_by_hand or 0.0, run.source, run.ttft_s_by_hand or 0.0)
     try:
-        return output_length.EndpointSpeed.from_samples([s for _, s in speed_samples(session, run.id)],
+        return task_time.EndpointSpeed.from_samples([s for _, s in speed_samples(session, run.id)],
                                                  source=f"{endpoint.name} {workload} probe")
     except output_length.TimingInputError as exc:
         return str(exc)
@@ -154,7 +156,7 @@ class LadderDecision:
                      for (task, step), r in self.picked.chosen.items()],
             "set_aside": [a.to_dict() for a in self.picked.aside],
             "lengths": [r.to_dict() for r in self.lengths],
-            "decisions": [d.to_dict() for d in self.decisions], "task_time_model": output_length.TASK_TIME_MODEL,
+            "decisions": [d.to_dict() for d in self.decisions], "task_time_model": task_time.TASK_TIME_MODEL,
         }
 
     def decision(self, step_a: str, step_b: str) -> PairChoice | None:
@@ -211,9 +213,9 @@ class PairTokens:
 def pair_tokens(run_a: accuracy_report.StepRun, run_b: accuracy_report.StepRun) -> PairTokens | str:
     """The two runs' paired output figures; or why they do not pair."""
     try:
-        paired = paired_tests.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
+        paired = pairing.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
                                  arrays=(run_a.arrays, run_b.arrays))
-    except paired_tests.PairingError as exc:
+    except pairing.PairingError as exc:
         return str(exc)
     tokens_a, tokens_b = paired.values("completion_tokens")
     return PairTokens(run_a.info.task, run_a.info.endpoint, run_b.info.endpoint, run_a.info.run_id,
@@ -278,7 +280,7 @@ def _speeds(session: Session, workload: str, ep_a: Endpoint, ep_b: Endpoint) -> 
     return speeds, [Reason(ReasonKind.NO_SPEED, s) for s in speeds if isinstance(s, str)]
 
 
-def _speed(session: Session, endpoint: Endpoint, workload: str) -> output_length.EndpointSpeed | str:
+def _speed(session: Session, endpoint: Endpoint, workload: str) -> task_time.EndpointSpeed | str:
     """`endpoint_speed`, read once per session: a ladder asks for each step's speeds twice."""
     memo = session.info.setdefault("evalsvc_speeds", {})
     key = (endpoint.id, workload)
@@ -383,16 +385,16 @@ def chat_tokens(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> ChatTokens 
 
 
 def time_change(tokens: tuple[np.ndarray, np.ndarray],
-                speeds: Sequence[output_length.EndpointSpeed]) -> output_length.TaskTimeChange | str:
+                speeds: Sequence[task_time.EndpointSpeed]) -> task_time.TaskTimeChange | str:
     """Task time of B over A from paired output tokens and the two speeds; or why not."""
     try:
-        return output_length.compare_task_time(tokens[0], tokens[1], speeds[0], speeds[1])
+        return task_time.compare_task_time(tokens[0], tokens[1], speeds[0], speeds[1])
     except output_length.TimingInputError as exc:
         return str(exc)
 
 
-def _time_or_reason(tokens: tuple[np.ndarray, np.ndarray], speeds: Sequence[output_length.EndpointSpeed],
-                    missing: list[Reason]) -> output_length.TaskTimeChange | None:
+def _time_or_reason(tokens: tuple[np.ndarray, np.ndarray], speeds: Sequence[task_time.EndpointSpeed],
+                    missing: list[Reason]) -> task_time.TaskTimeChange | None:
     time = time_change(tokens, speeds)
     if isinstance(time, str):
         missing.append(Reason(ReasonKind.NO_LENGTHS, time))
@@ -431,7 +433,7 @@ def _refuse(picked: Picked, ref_a: str, ref_b: str, why: Sequence[str]) -> None:
     other = [a for a in picked.aside if a.reason is AsideReason.OTHER_SETTINGS]
     if other:
         differences = tuple(dict.fromkeys(d for a in other for d in a.differences))
-        raise paired_tests.SettingsMismatch(
+        raise pairing.SettingsMismatch(
             f"{ref_a!r} and {ref_b!r} have no runs with the same settings: " + "; ".join(why)
             + "; use --force to compare them anyway", differences)
     raise queries.NotFound(f"{ref_a!r} and {ref_b!r} have no task with a complete run on both sides: "
@@ -452,7 +454,7 @@ def _compare_run_ids(store: Store, ref_a: str, ref_b: str, margins: rule.Margins
     with store.session() as session:
         run_a, run_b = queries.resolve_run(session, ref_a), queries.resolve_run(session, ref_b)
         if run_a.task != run_b.task:
-            raise paired_tests.PairingError(f"run {run_a.id} is {run_a.task} and run {run_b.id} is {run_b.task}; "
+            raise pairing.PairingError(f"run {run_a.id} is {run_a.task} and run {run_b.id} is {run_b.task}; "
                                      "compare runs of the same task")
         records = load_records(session, sorted({run_a.endpoint.name, run_b.endpoint.name}))
         rates = flip_rates(session, records, {r.id: r for r in session.scalars(

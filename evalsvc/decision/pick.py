@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from evalsvc.statistics import paired_tests
+from evalsvc.statistics import pairing
 
 
 @dataclass(frozen=True)
 class RunRecord:
     """What picking reads of one stored run; `order` sorts runs oldest first (finish time, then id)."""
 
-    info: paired_tests.RunInfo
+    info: pairing.RunInfo
     status: str
     n_items: int
     order: tuple[Any, ...]
@@ -80,11 +80,11 @@ class Picked:
         return f"{step} has no usable {task} run (" + "; ".join(f"run {a.run_id}: {a.detail}" for a in passed) + ")"
 
 
-def _same_settings(a: paired_tests.RunInfo, b: paired_tests.RunInfo) -> bool:
-    return not paired_tests.settings_differences(a, b)
+def _same_settings(a: pairing.RunInfo, b: pairing.RunInfo) -> bool:
+    return not pairing.settings_differences(a, b)
 
 
-def _ladder_settings(complete: Sequence[RunRecord], steps: Sequence[str]) -> paired_tests.RunInfo | None:
+def _ladder_settings(complete: Sequence[RunRecord], steps: Sequence[str]) -> pairing.RunInfo | None:
     """The settings shared by the most steps; ties go to the earliest step's latest run."""
     best, best_count = None, 0
     for step in steps:
@@ -129,11 +129,11 @@ def pick_runs(
     return Picked(chosen, tuple(aside))
 
 
-def _aside(run: RunRecord, settings: paired_tests.RunInfo | None, items: int) -> Aside:
+def _aside(run: RunRecord, settings: pairing.RunInfo | None, items: int) -> Aside:
     if run.status != "complete":
         return Aside(run.info.run_id, run.step, run.task, AsideReason.UNFINISHED, f"status {run.status}")
     if settings is not None and not _same_settings(run.info, settings):
-        differences = paired_tests.settings_differences(settings, run.info)
+        differences = pairing.settings_differences(settings, run.info)
         return Aside(run.info.run_id, run.step, run.task, AsideReason.OTHER_SETTINGS,
                      f"other settings than the ladder's: {'; '.join(differences)}", differences)
     return Aside(run.info.run_id, run.step, run.task, AsideReason.FEWER_ITEMS,

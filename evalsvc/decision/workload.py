@@ -21,6 +21,7 @@ from typing import Any
 from evalsvc.decision.rule import Settle, Verdict
 from evalsvc.report.accuracy_report import Comparison
 from evalsvc.statistics import output_length
+from evalsvc.statistics import task_time
 
 
 class Choice(str, Enum):
@@ -81,7 +82,7 @@ class WorkloadDecision:
     accuracy_from: str | None = None
     settle: Settle | None = None
     tokens: output_length.TokenRatios | None = None
-    time: output_length.TaskTimeChange | None = None
+    time: task_time.TaskTimeChange | None = None
     truncated: tuple[int, int] | None = None  # answers of A and of B cut by the cap, where counted
 
     @property
@@ -142,7 +143,7 @@ def accuracy_reason(comparison: Comparison) -> Reason:
     return Reason(ReasonKind.ACCURACY_OK if acceptable else ReasonKind.ACCURACY_WORSE)
 
 
-def time_reason(time: output_length.TaskTimeChange) -> Reason:
+def time_reason(time: task_time.TaskTimeChange) -> Reason:
     low, high = time.ci
     if high < 1.0:
         return Reason(ReasonKind.SOONER)
@@ -163,7 +164,7 @@ def combine(reasons: Sequence[Reason]) -> Choice:
 
 def decide_workload(
     workload: str, step_a: str, step_b: str, *, accuracy: Comparison | None, accuracy_from: str | None,
-    tokens: output_length.TokenRatios | None, time: output_length.TaskTimeChange | None,
+    tokens: output_length.TokenRatios | None, time: task_time.TaskTimeChange | None,
     truncated: tuple[int, int] | None = None, missing: Sequence[Reason] = (), settle: Settle | None = None,
 ) -> WorkloadDecision:
     """The decision from what is known; `missing` lists evidence that could not be had, and why."""

@@ -19,7 +19,9 @@ import pandas as pd
 from evalsvc.decision import rule
 from evalsvc.decision.rule import DEFAULT_MARGIN, POWER, Verdict
 from evalsvc.statistics import paired_tests
-from evalsvc.statistics.paired_tests import CochranQ, DropCounts, RunInfo, Table2x2
+from evalsvc.statistics import pairing
+from evalsvc.statistics.paired_tests import CochranQ, Table2x2
+from evalsvc.statistics.pairing import DropCounts, RunInfo
 
 DEFAULT_ALPHA = 1 - rule.CONFIDENCE  # Cochran's Q and the MDE; verdicts read the 95% interval
 
@@ -90,20 +92,20 @@ def compare_runs(
     margin: float = DEFAULT_MARGIN,
     force: bool = False,
     flip_rate: float | None = None,
-    arrays: tuple[paired_tests.RunArrays, paired_tests.RunArrays] | None = None,
+    arrays: tuple[pairing.RunArrays, pairing.RunArrays] | None = None,
 ) -> Comparison:
     """Pair two runs and compute every figure of the comparison.
 
     `flip_rate` is the run-to-run flip rate of these endpoints, when known;
     without it the noise-floor flag is None. `arrays` as for
-    `paired_tests.pair_runs`. Raises `paired_tests.PairingError`.
+    `pairing.pair_runs`. Raises `pairing.PairingError`.
     """
-    paired = paired_tests.pair_runs(a_items, b_items, a_info, b_info, force, arrays)
+    paired = pairing.pair_runs(a_items, b_items, a_info, b_info, force, arrays)
     return summarize_pairing(paired, margin, flip_rate)
 
 
 def summarize_pairing(
-    paired: paired_tests.Paired, margin: float = DEFAULT_MARGIN, flip_rate: float | None = None
+    paired: pairing.Paired, margin: float = DEFAULT_MARGIN, flip_rate: float | None = None
 ) -> Comparison:
     """Turn a pairing into a `Comparison`: the verdict by `rule.verdict_of` on the one interval.
 
@@ -172,7 +174,7 @@ def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
         sentences.append(f"Pairing was forced although the runs differ in {'; '.join(c.differences)}.")
     if c.dropped.total:
         were = "item was" if c.dropped.total == 1 else "items were"
-        sentences.append(f"{c.dropped.total} {were} left out ({paired_tests.format_drops(c.dropped)}).")
+        sentences.append(f"{c.dropped.total} {were} left out ({pairing.format_drops(c.dropped)}).")
     return head + " ".join(sentences)
 
 
@@ -314,9 +316,9 @@ class StepRun:
     items: pd.DataFrame
 
     @cached_property
-    def arrays(self) -> paired_tests.RunArrays:
+    def arrays(self) -> pairing.RunArrays:
         """The items as pairing reads them, made once for the two to four pairs a ladder puts this run in."""
-        return paired_tests.RunArrays.of(self.items, str(self.info.run_id))
+        return pairing.RunArrays.of(self.items, str(self.info.run_id))
 
 
 @dataclass(frozen=True, eq=False)
@@ -445,7 +447,7 @@ def _ladder_cochran(steps: Sequence[LadderStep]) -> dict[str, CochranQ]:
         frames = [run.items for step in steps if (run := step.run_for(task)) is not None]
         if len(frames) < 2:
             continue
-        results[task] = paired_tests.cochran_q(paired_tests.align_steps(frames))
+        results[task] = paired_tests.cochran_q(pairing.align_steps(frames))
     return results
 
 

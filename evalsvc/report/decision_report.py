@@ -18,8 +18,8 @@ from evalsvc.decision import build, rule
 from evalsvc.decision.build import LadderDecision, LengthRow
 from evalsvc.decision.workload import Choice, PairChoice, Reason, ReasonKind, WorkloadDecision
 from evalsvc.report import accuracy_report
-from evalsvc.statistics import paired_tests
-from evalsvc.statistics import output_length
+from evalsvc.statistics import pairing
+from evalsvc.statistics import task_time
 
 
 # -- the ladder report ------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _accuracy_words(d: WorkloadDecision) -> str:
     return words
 
 
-def _time_words(time: output_length.TaskTimeChange) -> str:
+def _time_words(time: task_time.TaskTimeChange) -> str:
     low, high = time.ci
     words = (f"B decodes {time.speed_ratio:.2f}x as fast and writes {time.token_ratio:.2f}x the tokens, so task "
              f"time B/A is {time.ratio:.3f} ({round(time.confidence * 100)}% CI {low:.3f}-{high:.3f})")
@@ -169,7 +169,7 @@ def pair_dict(pair: PairChoice) -> dict[str, Any]:
 
 def render_decisions(decisions: Sequence[PairChoice], markdown: bool = False) -> str:
     """One line per step up and workload: take B, stop at A, or can't tell yet and what would settle it."""
-    model = f"Model of time: {output_length.TASK_TIME_MODEL}"
+    model = f"Model of time: {task_time.TASK_TIME_MODEL}"
     model = f"_{model}_" if markdown else model
     lines = ["## Decisions" if markdown else "Decisions (per workload)", "", model, ""]
     for pair in decisions:
@@ -193,7 +193,7 @@ def disagreements(store: Store, comparison: accuracy_report.Comparison) -> pd.Da
         a = queries.items_frame(session, comparison.run_a)
         b = queries.items_frame(session, comparison.run_b)
         infos = [build.run_info(session.get(Run, rid)) for rid in (comparison.run_a, comparison.run_b)]
-    return paired_tests.list_disagreements(paired_tests.pair_runs(a, b, infos[0], infos[1], force=comparison.forced))
+    return pairing.list_disagreements(pairing.pair_runs(a, b, infos[0], infos[1], force=comparison.forced))
 
 
 def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:

@@ -1,6 +1,9 @@
-"""Statistics: pure functions on item frames and token counts, no I/O.
+"""Statistics: pure functions on item frames, token counts and speed samples; no I/O.
 
-- `paired_tests`: pairing two runs item by item, McNemar, the Newcombe interval,
-  the minimum detectable effect, Holm, Cochran's Q and the flip rate.
-- `output_length`: output tokens of step B against step A, and the task-time model.
+- `pairing`: which items two runs both answered (and what was left out, and why).
+- `paired_tests`: McNemar, the Newcombe interval, the minimum detectable effect,
+  Holm, Cochran's Q and the flip rate on paired correctness.
+- `output_length`: output tokens of step B against step A on paired items.
+- `task_time`: the task-time model, mean time per task of B against A.
+- `bootstrap`: the percentile bootstrap the length and time intervals share.
 """

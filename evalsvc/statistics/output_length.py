@@ -1,27 +1,16 @@
-"""Output length and task time of step B against step A. Pure: no I/O.
+"""Output length of step B against step A on paired items. Pure: no I/O.
 
-A faster step can still finish tasks later if it writes more tokens. This
-module puts the two together for a pair of endpoints A (the current step) and
-B (the candidate next step) on one workload:
-
-1. `measure_length_inflation`: per-item output tokens of B against A on paired
-   items from the accuracy runs, on all items and on the both-correct subset.
-2. `compare_task_time`: the B/A ratio of mean task time under `TASK_TIME_MODEL`,
-   with an interval that carries both token and speed uncertainty.
-The decision built on these figures lives in `evalsvc.decision`.
-
-Intervals are percentile bootstraps with a fixed seed, so a report is
-reproducible. Items are resampled jointly (the pairing is kept); each
-endpoint's speed samples are resampled independently of the items and of
-each other, because they come from separate speed-probe runs.
+A faster step can still finish tasks later if it writes more tokens.
+`measure_length_inflation` compares per-item output tokens of B against A on
+paired items from the accuracy runs, on all items and on the both-correct
+subset; `token_ratios` gives the two ratios alone. Intervals are percentile
+bootstraps (`evalsvc.statistics.bootstrap`). The task time built on these
+tokens lives in `evalsvc.statistics.task_time`; the decision in `evalsvc.decision`.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,18 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from evalsvc.statistics.bootstrap import paired_ratio_of_means_ci
 from harness.errors import UserError
-from harness.speed import SpeedSample
-
-TASK_TIME_MODEL = (
-    "task time per item = time to first token + output tokens / decode tokens per second. "
-    "Output tokens are the completion tokens of the accuracy run (reasoning included); time to "
-    "first token and decode speed are the endpoint's batch-1 streaming figures for the workload. "
-    "The mean over items is mean TTFT + mean tokens x mean seconds per token. Queueing, "
-    "concurrent load and tool round trips are not modelled."
-)
-
-_MAX_BOOT_CELLS = 2_000_000  # resampled values held in memory at once
 
 
 class TimingInputError(UserError, ValueError):
@@ -97,102 +76,23 @@ class LengthInflation:
         return TokenRatios(self.all_items.ratio_of_means, both.ratio_of_means if both else None)
 
 
-@dataclass(frozen=True)
-class EndpointSpeed:
-    """An endpoint's speed on one workload: measured samples, or a figure entered by hand.
-
-    `ttft_s[i]` and `decode_tps[i]` come from the same request. A hand-entered
-    speed (`measured=False`) is one fixed value and is not resampled.
-    """
-
-    ttft_s: tuple[float, ...]
-    decode_tps: tuple[float, ...]
-    source: str
-    measured: bool
-
-    @classmethod
-    def from_samples(cls, samples: Sequence[SpeedSample], source: str = "speed probe") -> EndpointSpeed:
-        """Successful samples that have both a TTFT and a decode speed."""
-        pairs = [
-            (s.ttft_s, s.decode_tps)
-            for s in samples
-            if s.ok and s.ttft_s is not None and s.decode_tps is not None and s.decode_tps > 0
-        ]
-        if len(pairs) < 2:
-            raise TimingInputError(
-                f"need at least 2 successful speed samples from {source!r}, got {len(pairs)} "
-                f"of {len(samples)}; measure again or enter the speed by hand"
-            )
-        ttfts, rates = zip(*pairs)
-        return cls(ttft_s=tuple(ttfts), decode_tps=tuple(rates), source=source, measured=True)
-
-    @classmethod
-    def by_hand(cls, decode_tps: float, source: str, ttft_s: float = 0.0) -> EndpointSpeed:
-        """A fixed speed with its provenance (e.g. a vendor table); no uncertainty is carried."""
-        if decode_tps <= 0 or ttft_s < 0:
-            raise TimingInputError(f"hand-entered speed from {source!r} must be positive: {decode_tps} tok/s")
-        return cls(ttft_s=(float(ttft_s),), decode_tps=(float(decode_tps),), source=source, measured=False)
-
-    @property
-    def mean_ttft_s(self) -> float:
-        return float(np.mean(self.ttft_s))
-
-    @property
-    def seconds_per_token(self) -> float:
-        """Mean of 1/decode speed: what mean task time needs (a harmonic mean of speed)."""
-        return float(np.mean(1.0 / np.asarray(self.decode_tps)))
-
-    @property
-    def effective_tps(self) -> float:
-        return 1.0 / self.seconds_per_token
-
-    def describe(self) -> str:
-        if self.measured:
-            return f"{self.effective_tps:.0f} tok/s measured over {len(self.decode_tps)} requests ({self.source})"
-        return f"{self.effective_tps:.0f} tok/s entered by hand ({self.source}), fixed: no speed uncertainty"
-
-
-@dataclass(frozen=True)
-class TaskTimeChange:
-    """B/A ratio of mean task time under `model`, with a bootstrap interval."""
-
-    n_items: int
-    mean_time_a_s: float
-    mean_time_b_s: float
-    ratio: float
-    ci: tuple[float, float]
-    token_ratio: float
-    speed_ratio: float
-    speed_a: str
-    speed_b: str
-    confidence: float
-    fixed_speeds: tuple[str, ...] = ()  # sides ("A", "B") whose speed was entered by hand
-    model: str = TASK_TIME_MODEL
-    n_left_out: int = 0  # paired items without a token count on either side (unknown is not zero)
-
-    @property
-    def sooner_pct(self) -> float:
-        """Percent less time B takes per task (negative when B is slower)."""
-        return (1.0 - self.ratio) * 100.0
-
-
 # ---------------------------------------------------------------- inputs
 
 
-def _as_floats(values: Any) -> np.ndarray:
+def as_floats(values: Any) -> np.ndarray:
     """Token counts as floats; None or NA (a failed request) becomes NaN."""
     if isinstance(values, pd.Series):
         return values.to_numpy(dtype=float, na_value=np.nan)
     return np.asarray(values, dtype=float)
 
 
-def _as_bools(values: Any) -> np.ndarray:
+def as_bools(values: Any) -> np.ndarray:
     if isinstance(values, pd.Series):
         return values.fillna(False).to_numpy(dtype=bool)
     return np.asarray(values, dtype=bool)
 
 
-def _aligned(named: dict[str, Any]) -> None:
+def check_aligned(named: dict[str, Any]) -> None:
     """Raise unless all inputs have one length and Series among them share an index."""
     lengths = {name: len(v) for name, v in named.items() if v is not None}
     if len(set(lengths.values())) > 1:
@@ -207,91 +107,6 @@ def _truncations(finish: Any) -> int:
     if finish is None:
         return 0
     return int(sum(1 for f in finish if f == "length"))
-
-
-# ---------------------------------------------------------------- bootstrap
-
-
-def _index_chunks(rng: np.random.Generator, n: int, n_boot: int) -> Iterator[np.ndarray]:
-    """Bootstrap index matrices of shape (k, n), k*n bounded so memory stays small."""
-    per_chunk = max(1, _MAX_BOOT_CELLS // max(n, 1))
-    done = 0
-    while done < n_boot:
-        k = min(per_chunk, n_boot - done)
-        yield rng.integers(0, n, size=(k, n))
-        done += k
-
-
-def _weights(idx: np.ndarray, n: int) -> np.ndarray:
-    """How many times each item is drawn in each resample: shape (k, n), float counts."""
-    k = idx.shape[0]
-    flat = (idx + (np.arange(k) * n)[:, None]).ravel()
-    return np.bincount(flat, minlength=k * n).reshape(k, n).astype(float)
-
-
-class _DrawMemo:
-    """The last few bootstrap draws, as per-resample item counts, keyed by the generator's state before drawing.
-
-    Every interval here starts from a fixed seed, so pairs with the same
-    number of items draw the very same indices; a ladder report makes dozens
-    of such intervals, and drawing took most of their time. A hit returns the
-    stored counts and moves the generator to the state drawing would have
-    left, so results do not depend on the memo.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._entries: OrderedDict[tuple[str, int, int], tuple[list[np.ndarray], dict[str, Any]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def weights(self, rng: np.random.Generator, n: int, n_boot: int) -> list[np.ndarray]:
-        key = (repr(rng.bit_generator.state), n, n_boot)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
-                self._entries.move_to_end(key)
-        if hit is not None:
-            rng.bit_generator.state = hit[1]
-            return hit[0]
-        chunks = [_weights(idx, n) for idx in _index_chunks(rng, n, n_boot)]
-        for chunk in chunks:
-            chunk.setflags(write=False)
-        with self._lock:
-            self._entries[key] = (chunks, rng.bit_generator.state)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-        return chunks
-
-
-_DRAWS = _DrawMemo(size=8)  # at most 8 x _MAX_BOOT_CELLS counts held
-
-
-def _resampled_means(rng: np.random.Generator, columns: Sequence[np.ndarray], n_boot: int) -> list[np.ndarray]:
-    """Bootstrap means of each column, resampling rows jointly (pairing kept).
-
-    Each resample's mean is its item counts times the column, over n: the
-    same number as averaging the drawn values (exactly so for token counts,
-    which are integers), at a fraction of the cost of gathering them.
-    """
-    n = len(columns[0])
-    table = np.column_stack([np.asarray(column, dtype=float) for column in columns])
-    means = np.concatenate([counts @ table for counts in _DRAWS.weights(rng, n, n_boot)]) / n
-    return [means[:, j] for j in range(len(columns))]
-
-
-def _percentile_ci(draws: np.ndarray, confidence: float) -> tuple[float, float]:
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
-def paired_ratio_of_means_ci(
-    a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
-) -> tuple[float, float]:
-    """Percentile bootstrap interval for mean(b)/mean(a), resampling items jointly."""
-    rng = np.random.default_rng(seed)
-    mean_a, mean_b = _resampled_means(rng, [a, b], n_boot)
-    return _percentile_ci(mean_b / mean_a, confidence)
 
 
 # ---------------------------------------------------------------- length
@@ -409,74 +224,11 @@ def _length_inputs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Tokens of A and B as floats, which pairs have both counts, and which of those both sides got right."""
     inputs = {"tokens_a": tokens_a, "tokens_b": tokens_b, "correct_a": correct_a, "correct_b": correct_b}
-    _aligned({**inputs, "finish_a": finish_a, "finish_b": finish_b})
-    a, b = _as_floats(tokens_a), _as_floats(tokens_b)
+    check_aligned({**inputs, "finish_a": finish_a, "finish_b": finish_b})
+    a, b = as_floats(tokens_a), as_floats(tokens_b)
     present = ~(np.isnan(a) | np.isnan(b))
-    return a, b, present, present & _as_bools(correct_a) & _as_bools(correct_b)
+    return a, b, present, present & as_bools(correct_a) & as_bools(correct_b)
 
 
 def _has_both_correct(a: np.ndarray, both: np.ndarray) -> bool:
     return bool(both.sum() >= 2 and a[both].sum() > 0)
-
-
-# ---------------------------------------------------------------- task time
-
-
-def _speed_draws(rng: np.random.Generator, speed: EndpointSpeed, n_boot: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap draws of (mean TTFT, mean seconds per token); constant when entered by hand."""
-    ttft = np.asarray(speed.ttft_s, dtype=float)
-    spt = 1.0 / np.asarray(speed.decode_tps, dtype=float)
-    if not speed.measured:
-        return np.full(n_boot, ttft.mean()), np.full(n_boot, spt.mean())
-    mean_ttft, mean_spt = _resampled_means(rng, [ttft, spt], n_boot)
-    return mean_ttft, mean_spt
-
-
-def _mean_task_time(mean_tokens: Any, mean_ttft: Any, mean_spt: Any) -> Any:
-    """Mean over items of TTFT + tokens / speed; works on scalars and bootstrap arrays."""
-    return mean_ttft + mean_tokens * mean_spt
-
-
-def compare_task_time(
-    tokens_a: Any,
-    tokens_b: Any,
-    speed_a: EndpointSpeed,
-    speed_b: EndpointSpeed,
-    n_boot: int = 2000,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> TaskTimeChange:
-    """B/A ratio of mean task time under `TASK_TIME_MODEL`, with a bootstrap interval.
-
-    Each bootstrap replicate resamples the paired items jointly and, for each
-    measured endpoint independently, its speed-probe requests (TTFT and speed
-    of one request stay together). A hand-entered speed is held fixed, so the
-    interval then carries only the token uncertainty on that side.
-    """
-    _aligned({"tokens_a": tokens_a, "tokens_b": tokens_b})
-    a, b = _as_floats(tokens_a), _as_floats(tokens_b)
-    present = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[present], b[present]
-    if a.size < 2:
-        raise TimingInputError(f"need at least 2 paired items with token counts, got {a.size}")
-    rng = np.random.default_rng(seed)
-    boot_a, boot_b = _resampled_means(rng, [a, b], n_boot)
-    ttft_a, spt_a = _speed_draws(rng, speed_a, n_boot)
-    ttft_b, spt_b = _speed_draws(rng, speed_b, n_boot)
-    draws = _mean_task_time(boot_b, ttft_b, spt_b) / _mean_task_time(boot_a, ttft_a, spt_a)
-    time_a = _mean_task_time(a.mean(), speed_a.mean_ttft_s, speed_a.seconds_per_token)
-    time_b = _mean_task_time(b.mean(), speed_b.mean_ttft_s, speed_b.seconds_per_token)
-    return TaskTimeChange(
-        n_items=int(a.size),
-        mean_time_a_s=float(time_a),
-        mean_time_b_s=float(time_b),
-        ratio=float(time_b / time_a),
-        ci=_percentile_ci(draws, confidence),
-        token_ratio=float(b.mean() / a.mean()),
-        speed_ratio=speed_b.effective_tps / speed_a.effective_tps,
-        speed_a=speed_a.describe(),
-        speed_b=speed_b.describe(),
-        confidence=confidence,
-        fixed_speeds=tuple(side for side, speed in (("A", speed_a), ("B", speed_b)) if not speed.measured),
-        n_left_out=int((~present).sum()),
-    )

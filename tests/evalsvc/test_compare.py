@@ -15,7 +15,8 @@ from statsmodels.stats.multitest import multipletests
 from evalsvc.decision.rule import Verdict
 from evalsvc.report import accuracy_report
 from evalsvc.report.accuracy_report import LadderStep, StepRun
-from evalsvc.statistics.paired_tests import RunInfo, SettingsMismatch, Table2x2
+from evalsvc.statistics.paired_tests import Table2x2
+from evalsvc.statistics.pairing import RunInfo, SettingsMismatch
 
 
 def outcomes(table: Table2x2) -> tuple[list[bool], list[bool]]:

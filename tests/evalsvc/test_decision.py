@@ -14,7 +14,9 @@ from evalsvc.decision.rule import Verdict
 from evalsvc.decision.workload import Choice, Reason, ReasonKind, decide_workload
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
-from evalsvc.statistics.output_length import compare_task_time, token_ratios
+from evalsvc.statistics import pairing
+from evalsvc.statistics.output_length import token_ratios
+from evalsvc.statistics.task_time import compare_task_time
 from tests.evalsvc.test_compare import compare_table
 from tests.evalsvc.test_timing import simulate
 
@@ -107,14 +109,14 @@ def test_margins_parse_points_per_task() -> None:
             rule.parse_margins([bad], ["gsm8k", "humaneval"])
 
 
-def _pairing(table: paired_tests.Table2x2) -> paired_tests.Paired:
+def _pairing(table: paired_tests.Table2x2) -> pairing.Paired:
     a = [True] * table.both_correct + [True] * table.a_only + [False] * table.b_only + [False] * table.neither
     b = [True] * table.both_correct + [False] * table.a_only + [True] * table.b_only + [False] * table.neither
-    info_a = paired_tests.RunInfo(1, "A", "gsm8k", "t")
-    info_b = paired_tests.RunInfo(2, "B", "gsm8k", "t")
+    info_a = pairing.RunInfo(1, "A", "gsm8k", "t")
+    info_b = pairing.RunInfo(2, "B", "gsm8k", "t")
     frames = [pd.DataFrame({"item_id": [f"i{k:05d}" for k in range(len(x))], "item_hash": "h", "status": "ok",
                             "correct": x}) for x in (a, b)]
-    return paired_tests.pair_runs(frames[0], frames[1], info_a, info_b)
+    return pairing.pair_runs(frames[0], frames[1], info_a, info_b)
 
 
 # --- per-workload decisions ---------------------------------------------------------------
@@ -183,7 +185,7 @@ def test_missing_evidence_cannot_tell() -> None:
 
 def record(run_id: int, step: str, task: str = "gsm8k", status: str = "complete", n: int = 400,
            max_tokens: int = 2048) -> RunRecord:
-    info = paired_tests.RunInfo(run_id, step, task, "t", {"max_tokens": max_tokens}, "chat")
+    info = pairing.RunInfo(run_id, step, task, "t", {"max_tokens": max_tokens}, "chat")
     return RunRecord(info, status, n, (True, str(datetime(2026, 1, 1, 0, run_id)), run_id))
 
 

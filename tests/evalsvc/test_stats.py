@@ -15,7 +15,9 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from evalsvc.statistics import paired_tests
-from evalsvc.statistics.paired_tests import DropCounts, PairingError, RunInfo, SettingsMismatch, Table2x2
+from evalsvc.statistics import pairing
+from evalsvc.statistics.paired_tests import Table2x2
+from evalsvc.statistics.pairing import DropCounts, PairingError, RunInfo, SettingsMismatch
 
 
 def random_tables(count: int, seed: int) -> list[Table2x2]:
@@ -307,7 +309,7 @@ def test_align_steps_keeps_items_every_step_answered_alike() -> None:
                          ("q5", "h5", "ok", True)])
     step3 = items_frame([("q1", "h1", "ok", True), ("q2", "h2", "ok", True), ("q3", "hX", "ok", True),
                          ("q4", "h4", "ok", True), ("q5", "h5", "ok", False)])
-    aligned = paired_tests.align_steps([step1, step2, step3])
+    aligned = pairing.align_steps([step1, step2, step3])
     assert list(aligned.index) == ["q1", "q5"]
     assert aligned.to_numpy().tolist() == [[True, False, True], [False, True, False]]
 
@@ -327,7 +329,7 @@ def test_align_steps_agrees_with_plain_merges_on_random_runs(seed: int) -> None:
         expected = ok if expected is None else expected.merge(ok, on="item_id")
     hashes = expected[[f"hash_{position}" for position in range(4)]]
     expected = expected[hashes.eq(hashes["hash_0"], axis=0).all(axis=1)].set_index("item_id")[list(range(4))]
-    pd.testing.assert_frame_equal(paired_tests.align_steps(frames), expected.sort_index(), check_dtype=False,
+    pd.testing.assert_frame_equal(pairing.align_steps(frames), expected.sort_index(), check_dtype=False,
                                   check_index_type=False, check_column_type=False)
 
 
@@ -350,7 +352,7 @@ def pairing_fixture() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_pair_runs_counts_each_drop_reason() -> None:
     a_items, b_items = pairing_fixture()
-    paired = paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
+    paired = pairing.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
     assert list(paired.items["item_id"]) == ["q1", "q2", "q3", "q9"]
     assert paired.dropped == DropCounts(missing_in_a=1, missing_in_b=0, error_in_a=2, error_in_b=1, hash_mismatch=1)
     assert paired.n + paired.dropped.total == 9
@@ -388,7 +390,7 @@ def test_join_items_agrees_with_a_plain_merge_on_random_runs(seed: int, same_ite
         return items_frame(rows, run_id=run_id, endpoint=f"ep{run_id}")
 
     a_items, b_items = random_run(1), random_run(2)
-    joined, dropped = paired_tests.join_items(a_items, b_items)
+    joined, dropped = pairing.join_items(a_items, b_items)
     expected, expected_dropped = merge_reference(a_items, b_items)
     assert dropped == expected_dropped
     assert list(joined.columns) == list(expected.columns)
@@ -399,7 +401,7 @@ def test_join_items_treats_a_missing_hash_as_changed_content() -> None:
     a_items = items_frame([("q1", "h1", "ok", True), ("q2", "h2", "ok", True)])
     b_items = items_frame([("q1", "h1", "ok", False), ("q2", "h2", "ok", True)])
     a_items.loc[1, "item_hash"] = None
-    joined, dropped = paired_tests.join_items(a_items, b_items)
+    joined, dropped = pairing.join_items(a_items, b_items)
     assert list(joined["item_id"]) == ["q1"]
     assert dropped.hash_mismatch == 1
 
@@ -407,7 +409,7 @@ def test_join_items_treats_a_missing_hash_as_changed_content() -> None:
 def test_pair_runs_refuses_different_settings_and_says_what_differs() -> None:
     a_items, b_items = pairing_fixture()
     with pytest.raises(SettingsMismatch) as caught:
-        paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", template="cot-v2", temperature=0.6))
+        pairing.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", template="cot-v2", temperature=0.6))
     message = str(caught.value)
     assert "prompt template ('cot-v1' vs 'cot-v2')" in message
     assert "decoding temperature (0.0 vs 0.6)" in message
@@ -417,7 +419,7 @@ def test_pair_runs_refuses_different_settings_and_says_what_differs() -> None:
 
 def test_pair_runs_forced_records_the_differences() -> None:
     a_items, b_items = pairing_fixture()
-    paired = paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", seed=7), force=True)
+    paired = pairing.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq", seed=7), force=True)
     assert paired.forced
     assert paired.differences == ("decoding seed ('unset' vs 7)",)
     assert paired.n == 4
@@ -427,24 +429,24 @@ def test_pair_runs_never_pairs_different_tasks() -> None:
     a_items, b_items = pairing_fixture()
     other = RunInfo(2, "awq", "humaneval", "cot-v1", {"temperature": 0.0, "max_tokens": 2048}, mode="chat")
     with pytest.raises(PairingError, match="humaneval"):
-        paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), other, force=True)
+        pairing.pair_runs(a_items, b_items, info(1, "bf16"), other, force=True)
 
 
 def test_pair_runs_rejects_empty_and_duplicated_frames() -> None:
     a_items = items_frame([("q1", "h1", "error", False)])
     b_items = items_frame([("q1", "h1", "ok", True)])
     with pytest.raises(PairingError, match="1 error in A"):
-        paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
+        pairing.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
     duplicated = items_frame([("q1", "h1", "ok", True), ("q1", "h1", "ok", False)])
     with pytest.raises(PairingError, match="repeated item ids"):
-        paired_tests.pair_runs(duplicated, b_items, info(1, "bf16"), info(2, "awq"))
+        pairing.pair_runs(duplicated, b_items, info(1, "bf16"), info(2, "awq"))
 
 
 def test_list_disagreements() -> None:
     a_items, b_items = pairing_fixture()
-    paired = paired_tests.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
-    table = paired_tests.list_disagreements(paired)
-    assert list(table.columns) == list(paired_tests.DISAGREEMENT_COLUMNS)
+    paired = pairing.pair_runs(a_items, b_items, info(1, "bf16"), info(2, "awq"))
+    table = pairing.list_disagreements(paired)
+    assert list(table.columns) == list(pairing.DISAGREEMENT_COLUMNS)
     assert table[["item_id", "right", "extracted_a", "extracted_b", "reference"]].to_dict("records") == [
         {"item_id": "q2", "right": "A", "extracted_a": "bf16-q2", "extracted_b": "awq-q2", "reference": "ref-q2"},
         {"item_id": "q3", "right": "B", "extracted_a": "bf16-q3", "extracted_b": "awq-q3", "reference": "ref-q3"},

@@ -18,13 +18,9 @@ import pytest
 from scipy import stats as sps
 
 from evalsvc.statistics import output_length
-from evalsvc.statistics.output_length import (
-    TASK_TIME_MODEL,
-    EndpointSpeed,
-    TimingInputError,
-    compare_task_time,
-    measure_length_inflation,
-)
+from evalsvc.statistics import bootstrap
+from evalsvc.statistics.output_length import TimingInputError, measure_length_inflation
+from evalsvc.statistics.task_time import TASK_TIME_MODEL, EndpointSpeed, compare_task_time
 from harness.speed import SpeedSample
 
 # ---------------------------------------------------------------- simulated workloads
@@ -320,7 +316,7 @@ def test_bootstrap_means_equal_averaging_the_drawn_values() -> None:
     """The count-matrix shortcut gives the means of the drawn indices: exactly on integer token counts."""
     tokens = np.random.default_rng(8).integers(0, 900, size=(300, 2)).astype(float)
     drawn = np.random.default_rng(4).integers(0, 300, size=(700, 300))
-    means = output_length._resampled_means(np.random.default_rng(4), [tokens[:, 0], tokens[:, 1]], 700)
+    means = bootstrap.resampled_means(np.random.default_rng(4), [tokens[:, 0], tokens[:, 1]], 700)
     for column in range(2):
         assert np.array_equal(means[column], tokens[drawn, column].mean(axis=1))
 
@@ -328,8 +324,8 @@ def test_bootstrap_means_equal_averaging_the_drawn_values() -> None:
 def test_remembered_draws_change_no_result_and_leave_the_generator_where_drawing_would() -> None:
     a = np.random.default_rng(1).integers(10, 400, 123).astype(float)
     fresh, repeat = np.random.default_rng(6), np.random.default_rng(6)
-    first = output_length._resampled_means(fresh, [a, a + 3], 1500)
-    second = output_length._resampled_means(repeat, [a, a + 3], 1500)  # served from the memo
+    first = bootstrap.resampled_means(fresh, [a, a + 3], 1500)
+    second = bootstrap.resampled_means(repeat, [a, a + 3], 1500)  # served from the memo
     assert all(np.array_equal(x, y) for x, y in zip(first, second))
     assert fresh.bit_generator.state == repeat.bit_generator.state
     expected = np.random.default_rng(6)
