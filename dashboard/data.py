@@ -25,7 +25,6 @@ from dashboard.analysis import RunKey
 from db import queries
 from db.engine import DB_ENV, Store, open_store, to_url
 from db.models import Endpoint
-from db.speed import speed_run_ids
 from evalsvc.decision import build, rule
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
@@ -213,7 +212,7 @@ def _ladder_runs_key(runs: pd.DataFrame, steps: Sequence[str]) -> tuple[RunKey, 
 def _speed_key(url: str, steps: tuple[str, ...]) -> tuple[int, ...]:
     """The ids of the steps' speed runs: a new speed measurement changes the decisions."""
     with get_store(url).session() as session:
-        return speed_run_ids(session, steps)
+        return queries.speed_run_ids(session, steps)
 
 
 MARGIN_KEY = "margin_points_{task}"

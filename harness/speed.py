@@ -71,9 +71,6 @@ SGLANG_SPEC_DETAILS = {"return_spec_tokens_details": True}
 # prefix cache with the first measured prompt and flatter its TTFT.
 WARMUP_PROMPT = "Reply with the single word: ready."
 WARMUP_MAX_TOKENS = 16
-# The accuracy runs' cap: a lower cap would cut chat answers those runs let finish, and a
-# length ratio over cut answers understates how much more a step writes.
-PROBE_MAX_TOKENS = DecodingSettings().max_tokens
 
 class SpeedProbeError(Exception):
     """The probe cannot be set up (bad prompt shape for the chosen mode)."""

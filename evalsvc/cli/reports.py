@@ -13,8 +13,8 @@ from evalsvc.cli.selection import render_runs_used, runs_used
 from evalsvc.cli.text import fit, output_width
 from evalsvc.run.speed import WORKLOAD_TASK
 from harness.errors import EXIT_FAILED, UserError
-from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import TASK_NAMES
+from harness.types import DecodingSettings
 
 TASK_WORKLOAD = {task: workload for workload, task in WORKLOAD_TASK.items()}  # speed accepts task names too
 
@@ -160,7 +160,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
               help="What to time: math, code or chat prompts (the task names gsm8k and humaneval mean math and code).")
 @click.option("--limit", "--n", "n", default=20, show_default=True, type=click.IntRange(min=2),
               help="Prompts to time (--n is the older name).")
-@click.option("--max-tokens", default=PROBE_MAX_TOKENS, show_default=True, type=click.IntRange(min=2),
+@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=2),
               help="Cap per request; keep it at least the accuracy runs' cap, or chat lengths are cut.")
 @click.option("--url", callback=secret_url, help="Base URL, when the endpoint is not stored yet.")
 @click.option("--model", help="Model id, when the endpoint is not stored yet.")

@@ -27,8 +27,7 @@ from sqlalchemy.orm import Session
 
 from db import queries
 from db.engine import Store
-from db.models import Endpoint, Run
-from db.speed import SpeedRun, latest_speed_run, speed_samples
+from db.models import Endpoint, Run, SpeedRun
 from evalsvc.decision import rule
 from evalsvc.decision.pick import AsideReason, Picked, RunRecord, pick_runs
 from evalsvc.decision.workload import PairChoice, Reason, ReasonKind, WorkloadDecision, decide_workload
@@ -77,14 +76,14 @@ def _step_runs(session: Session, picked: Picked) -> dict[int, accuracy_report.St
 
 def endpoint_speed(session: Session, endpoint: Endpoint, workload: str) -> task_time.EndpointSpeed | str:
     """The endpoint's latest speed for the workload, or a sentence saying why there is none."""
-    run = latest_speed_run(session, endpoint.id, workload)
+    run = queries.latest_speed_run(session, endpoint.id, workload)
     if run is None:
         return (f"no {workload} speed for {endpoint.name} "
                 f"(run `evalsvc speed --endpoint {endpoint.name} --workload {workload}`)")
     if not run.measured:
         return task_time.EndpointSpeed.by_hand(run.decode_tps_by_hand or 0.0, run.source, run.ttft_s_by_hand or 0.0)
     try:
-        return task_time.EndpointSpeed.from_samples([s for _, s in speed_samples(session, run.id)],
+        return task_time.EndpointSpeed.from_samples([s for _, s in queries.speed_samples(session, run.id)],
                                                  source=f"{endpoint.name} {workload} probe")
     except output_length.TimingInputError as exc:
         return str(exc)
@@ -349,13 +348,13 @@ def _decide_chat(session: Session, ep_a: Endpoint, ep_b: Endpoint,
 
 
 def _chat_frame(session: Session, ep_a: Endpoint, ep_b: Endpoint) -> tuple[pd.DataFrame, list[SpeedRun]] | str:
-    runs = [latest_speed_run(session, ep.id, "chat") for ep in (ep_a, ep_b)]
+    runs = [queries.latest_speed_run(session, ep.id, "chat") for ep in (ep_a, ep_b)]
     if any(r is None or not r.measured for r in runs):
         return "chat output lengths need a measured chat speed run (`evalsvc speed --workload chat`) of both steps"
     frames = []
     for run in runs:
         assert run is not None
-        rows = [(pid, s.output_tokens, s.finish_reason) for pid, s in speed_samples(session, run.id) if s.ok]
+        rows = [(pid, s.output_tokens, s.finish_reason) for pid, s in queries.speed_samples(session, run.id) if s.ok]
         frames.append(pd.DataFrame(rows, columns=["prompt_id", "tokens", "finish"]))
     joined = frames[0].merge(frames[1], on="prompt_id", suffixes=("_a", "_b"))
     return joined.reset_index(drop=True), [r for r in runs if r is not None]

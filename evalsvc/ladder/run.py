@@ -14,14 +14,13 @@ from typing import Sequence
 
 from db import queries
 from db.engine import Store
-from db.speed import latest_speed_run
 from evalsvc.ladder.file import Ladder, LadderStep, resolve_ladder
 from evalsvc.ladder.launch import StepLaunchError, launch_step, step_log_path
 from evalsvc.run.runner import RunSpec, config_hash, dataset_hash, run_evaluation
 from evalsvc.run.speed import SpeedError, SpeedPlan, measure_speed
 from evalsvc.run.status import LongStep, StepTimes, long_step
-from harness.speed import PROBE_MAX_TOKENS
 from harness.tasks import get_task, pick_template
+from harness.types import DecodingSettings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ class LadderPlan:
     base: RunSpec = field(default_factory=lambda: RunSpec(endpoint="", base_url="", model="", task="gsm8k"))
     speed_workloads: tuple[str, ...] = ()
     speed_n: int = 5
-    speed_max_tokens: int = PROBE_MAX_TOKENS
+    speed_max_tokens: int = DecodingSettings().max_tokens
 
 
 def check_tasks(tasks: Sequence[str], isolation: str) -> None:
@@ -107,7 +106,7 @@ def has_speed(store: Store, endpoint: str, workload: str) -> bool:
             endpoint_id = queries.get_endpoint(session, endpoint).id
         except queries.NotFound:
             return False
-        return latest_speed_run(session, endpoint_id, workload) is not None
+        return queries.latest_speed_run(session, endpoint_id, workload) is not None
 
 
 def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True,

@@ -12,8 +12,7 @@ from sqlalchemy import select
 
 from db import queries
 from db.engine import Store
-from db.models import Endpoint, Run
-from db.speed import speed_samples
+from db.models import Endpoint, Run, SpeedRun
 from evalsvc.decision import build, rule
 from evalsvc.decision.build import LadderDecision, LengthRow
 from evalsvc.decision.workload import Choice, PairChoice, Reason, ReasonKind, WorkloadDecision
@@ -200,8 +199,6 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
     """Figures of one stored speed run, for the CLI and the dashboard."""
     import numpy as np
 
-    from db.speed import SpeedRun
-
     with store.session() as session:
         run = session.get(SpeedRun, speed_run_id)
         assert run is not None
@@ -211,7 +208,7 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
                 "max_tokens": run.max_tokens}
         if not run.measured:
             return {**base, "decode_tps": run.decode_tps_by_hand, "ttft_s": run.ttft_s_by_hand}
-        samples = [s for _, s in speed_samples(session, run.id)]
+        samples = [s for _, s in queries.speed_samples(session, run.id)]
     ok = [s for s in samples if s.ok and s.decode_tps]
     tps = np.array([s.decode_tps for s in ok], dtype=float)
     ttft = np.array([s.ttft_s for s in ok], dtype=float)

@@ -15,13 +15,13 @@ from tqdm import tqdm
 
 from db import queries
 from db.engine import Store
-from db.speed import SpeedRun, add_speed_by_hand, add_speed_run
+from db.models import SpeedRun
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
 from harness.errors import UserError
-from harness.speed import PROBE_MAX_TOKENS, SpeedSample, probe_speed
+from harness.speed import probe_speed
 from harness.tasks import get_task, pick_template
-from harness.types import DecodingSettings, Request
+from harness.types import DecodingSettings, Request, SpeedSample
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class SpeedPlan:
     endpoint: str
     workload: str
     n: int = 20
-    max_tokens: int = PROBE_MAX_TOKENS
+    max_tokens: int = DecodingSettings().max_tokens
     data: str | None = None
     chat_source: str | None = None
     url: str | None = None
@@ -74,7 +74,7 @@ def measure_speed(store: Store, plan: SpeedPlan, progress: bool = False) -> Spee
         endpoint = queries.get_endpoint(session, plan.endpoint)
         spec_dict = None if spec is None else spec.as_record()
         pairs = [(pid, s) for (pid, _), s in zip(prompts, samples)]
-        return add_speed_run(session, endpoint, plan.workload, pairs, "speed probe (batch 1, streaming)",
+        return queries.add_speed_run(session, endpoint, plan.workload, pairs, "speed probe (batch 1, streaming)",
                              plan.max_tokens, spec_dict)
 
 
@@ -117,4 +117,4 @@ def record_speed_by_hand(store: Store, endpoint: str, workload: str, tps: float,
     if not source.strip():
         raise SpeedError("a hand-entered speed needs --source saying where the figure comes from")
     with store.session() as session:
-        return add_speed_by_hand(session, queries.get_endpoint(session, endpoint), workload, tps, ttft_s, source)
+        return queries.add_speed_by_hand(session, queries.get_endpoint(session, endpoint), workload, tps, ttft_s, source)

@@ -41,7 +41,6 @@ from typing import Any
 
 from db import queries
 from db.engine import Store, open_store
-from db.speed import add_speed_by_hand, add_speed_run
 from harness.types import Completion, DecodingSettings, ItemResult, Request, Sample, SpeedSample, stable_hash
 
 STEPS = ("bf16", "int4", "int4-spec", "int4-spec-kernel")
@@ -139,7 +138,7 @@ def add_speeds(store: Store, endpoint: str, speeds: dict[str, float], source: st
     with store.session() as session:
         row = queries.get_endpoint(session, endpoint)
         for workload, tps in speeds.items():
-            add_speed_by_hand(session, row, workload, tps, 0.0, source)
+            queries.add_speed_by_hand(session, row, workload, tps, 0.0, source)
 
 
 def add_chat_probe(store: Store, endpoint: str, tps: float, tokens: int) -> None:
@@ -148,7 +147,7 @@ def add_chat_probe(store: Store, endpoint: str, tps: float, tokens: int) -> None
                                             token_source="usage", total_s=1.0, finish_reason="stop"))
                for p in range(CHAT_PROMPTS)]
     with store.session() as session:
-        add_speed_run(session, queries.get_endpoint(session, endpoint), "chat", samples, "seed probe", 1024, None)
+        queries.add_speed_run(session, queries.get_endpoint(session, endpoint), "chat", samples, "seed probe", 1024, None)
 
 
 def add_run(

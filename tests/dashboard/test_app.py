@@ -605,8 +605,8 @@ def test_a_url_with_credentials_is_refused(url: str) -> None:
 
 
 def test_measured_speeds_are_read_from_the_speed_store(tmp_path: Path) -> None:
-    from db.speed import add_speed_run
-    from harness.speed import SpeedSample
+    from db.queries import add_speed_run
+    from harness.types import SpeedSample
 
     db = str(tmp_path / "speed.db")
     store = seed.seed_store(db)

@@ -14,9 +14,7 @@ from dashboard import data
 from db import queries
 from db.engine import Store, open_store
 from db.models import Run
-from db.speed import add_speed_run
-from harness.speed import SpeedSample
-from harness.types import DecodingSettings
+from harness.types import DecodingSettings, SpeedSample
 from tests.conftest import run_cli
 from tests.dashboard import seed
 from tests.dashboard.test_app import open_app
@@ -52,7 +50,7 @@ def add_chat_probe(store: Store, step: str, cap: int = 2048, tokens: Sequence[in
             k, ttft_s=0.05, decode_tps=(tps or CHAT_TPS[step]) * jitter, output_tokens=min(count, cap), token_source="usage",
             finish_reason="length" if cut else "stop")))
     with store.session() as session:
-        add_speed_run(session, queries.get_endpoint(session, step), "chat", samples, "probe", cap, None)
+        queries.add_speed_run(session, queries.get_endpoint(session, step), "chat", samples, "probe", cap, None)
 
 
 def scenario_store(db: str) -> Store:

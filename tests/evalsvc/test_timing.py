@@ -21,7 +21,7 @@ from evalsvc.statistics import output_length
 from evalsvc.statistics import bootstrap
 from evalsvc.statistics.output_length import TimingInputError, measure_length_inflation
 from evalsvc.statistics.task_time import TASK_TIME_MODEL, EndpointSpeed, compare_task_time
-from harness.speed import SpeedSample
+from harness.types import SpeedSample
 
 # ---------------------------------------------------------------- simulated workloads
 
