@@ -99,7 +99,7 @@ def free_port() -> int:
 def start_app(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     # The command line `evalsvc dashboard` runs, plus no file watcher and the store.
-    argv = [*streamlit_argv(ROOT / "dashboard" / "app.py", port, "127.0.0.1", headless=True),
+    argv = [*streamlit_argv(port, "127.0.0.1", headless=True),
             "--server.fileWatcherType", "none", "--", "--db", str(db)]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -1,5 +1,8 @@
-"""`python -m dashboard.serve run APP [streamlit options]`: Streamlit's own command line, with the
-dashboard's heavy imports done before the server listens.
+"""`python -m dashboard.serve [streamlit run options] [-- app options]`: `streamlit run` on the dashboard's
+app, with the dashboard's heavy imports done before the server listens.
+
+`evalsvc dashboard` starts this module by name, so evalsvc never imports the
+dashboard package nor needs to know where its files are.
 
 Streamlit runs a page's script only when a browser connects, so without this
 the first person to open the dashboard after a start waits for pandas, SciPy,
@@ -15,8 +18,11 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+APP = Path(__file__).resolve().parent / "app.py"
 
 
 def preload() -> None:
@@ -47,7 +53,7 @@ def main() -> None:
     threading.Thread(target=warm_up, args=(list(sys.argv),), daemon=True, name="dashboard-warm-up").start()
     from streamlit.web import cli
 
-    sys.argv = ["streamlit", *sys.argv[1:]]
+    sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
     cli.main()
 
 

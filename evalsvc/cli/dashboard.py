@@ -6,7 +6,6 @@ import ipaddress
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import click
 
@@ -14,7 +13,6 @@ from db.engine import DB_ENV, StoreError, open_store, to_url
 from evalsvc.cli.runs import secret_url
 from harness.redact import mask_url
 
-APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 OPEN_ADDRESS_WARNING = (
     "warning: the dashboard listens on {address}, beyond this machine. Anyone who reaches it can read every "
     "stored item and start evaluation jobs; it has no login of its own. Listen on 127.0.0.1 and put a reverse "
@@ -26,14 +24,17 @@ OPEN_ADDRESS_WARNING = (
 STREAMLIT_CLIENT_FLAGS = ("--client.toolbarMode", "viewer")
 
 
-def streamlit_argv(app: Path, port: int, address: str, headless: bool) -> list[str]:
-    """The `python -m streamlit run` command line for the app; the store goes in the environment, never here.
+def streamlit_argv(port: int, address: str, headless: bool) -> list[str]:
+    """The command line that serves the dashboard; the store goes in the environment, never here.
+
+    The dashboard is started by module path (`python -m dashboard.serve`, which knows where its app
+    script is), so evalsvc never imports it: the dashboard builds on evalsvc, not the other way round.
 
     Beyond loopback, an unexpected error shows its type only: its message and traceback go to the server's
     log (masked there), not to whoever reaches the page.
     """
     return [
-        sys.executable, "-m", "dashboard.serve", "run", str(app),  # streamlit, its imports done before it listens
+        sys.executable, "-m", "dashboard.serve",  # streamlit run on the app, its imports done before it listens
         "--server.address", address, "--server.port", str(port),
         "--server.headless", "true" if headless else "false",
         "--browser.gatherUsageStats", "false",
@@ -50,15 +51,6 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address.strip("[]")).is_loopback
     except ValueError:  # a host name: it may resolve to anything
         return False
-
-
-def find_app() -> Path:
-    """The app script, from the source tree or the installed `dashboard` package."""
-    if APP.is_file():
-        return APP
-    import dashboard
-
-    return Path(dashboard.__file__).parent / "app.py"
 
 
 @click.command("dashboard")
@@ -81,7 +73,7 @@ def dashboard_command(db: str | None, port: int, address: str, open_browser: boo
             open_store(url, create=create).dispose()
         except StoreError as exc:
             raise StoreError(f"{exc}; `evalsvc dashboard --create` opens a new empty one") from exc
-    argv = streamlit_argv(find_app(), port, address, headless=not open_browser)
+    argv = streamlit_argv(port, address, headless=not open_browser)
     if not is_loopback(address):
         click.echo(OPEN_ADDRESS_WARNING.format(address=address), err=True)
     click.echo(f"dashboard on http://{address}:{port} for {mask_url(url)} (Ctrl-C stops it)")

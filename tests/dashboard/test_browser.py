@@ -29,7 +29,6 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: 
 
 CHROMIUM = os.environ.get("EVALSVC_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "dashboard" / "app.py"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "dashboard"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -56,7 +55,7 @@ def launch_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], 
     """Start the app on `db` in its own process group; returns the process and its base URL."""
     port = free_port()
     # The command line `evalsvc dashboard` runs (toolbar, error details), plus no file watcher and the store.
-    argv = [*streamlit_argv(APP, port, "127.0.0.1", headless=True), "--server.fileWatcherType", "none", "--",
+    argv = [*streamlit_argv(port, "127.0.0.1", headless=True), "--server.fileWatcherType", "none", "--",
             "--db", db]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

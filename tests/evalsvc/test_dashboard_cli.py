@@ -72,3 +72,13 @@ def test_the_launch_hides_the_deploy_menu(monkeypatch: pytest.MonkeyPatch) -> No
     _, started = start(monkeypatch)
     argv = started["argv"]
     assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"
+
+
+def test_the_dashboard_is_started_by_module_path_and_finds_its_own_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dashboard import serve  # the test may import the dashboard; evalsvc itself never does
+
+    _, started = start(monkeypatch)
+    argv = started["argv"]
+    assert argv[1:3] == ["-m", "dashboard.serve"]
+    assert not any(arg.endswith(".py") for arg in argv)
+    assert serve.APP.is_file() and serve.APP.name == "app.py"
