@@ -1,6 +1,7 @@
 """Harness overhead: evalsvc against a bare asyncio HTTP client and against lm-eval.
 
-Starts bench/instant_server.py in its own process, then, in one invocation:
+Starts the tests' fake OpenAI server (tests/fake_openai.py, `--instant`: no latency, every
+GSM8K answer right) in its own process, then, in one invocation:
 
 1. a bare httpx.AsyncClient posts the 400 GSM8K request bodies evalsvc would
    send, at the same concurrency, and parses each reply (nothing stored);
@@ -41,6 +42,7 @@ from harness.client import EndpointClient  # noqa: E402
 from harness.tasks import get_task, pick_template  # noqa: E402
 from harness.tasks.gsm8k import packaged_data_dir  # noqa: E402
 from harness.types import DecodingSettings  # noqa: E402
+from tests.fake_openai import start_process  # noqa: E402
 
 GSM8K_TEST = packaged_data_dir() / "test.jsonl.gz"
 PEER_VENV = Path.home() / ".cache" / "evalsvc" / "peer-venv"
@@ -54,13 +56,8 @@ class Server(NamedTuple):
 
 
 def start_server(data: Path) -> Server:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "instant_server.py"), "--data", str(data)],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line.startswith("READY "):
-        proc.kill()
-        raise RuntimeError(f"instant server did not start: {line!r}")
-    return Server(proc, f"http://127.0.0.1:{int(line.split()[1])}/v1")
+    """Its own process, so that it does not share the client's GIL."""
+    return Server(*start_process("--instant", "--data", str(data)))
 
 
 def request_bodies(n: int, data: Path) -> list[dict[str, Any]]:

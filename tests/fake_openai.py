@@ -27,6 +27,8 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -46,8 +48,10 @@ class Reply:
     """What the server answers. Fields typed Any take hostile values as they are (json.dumps writes NaN and
     Infinity as Python's json does); `MISSING` leaves the key out.
 
-    `stream_usage`: the completion_tokens of each usage chunk of a streamed reply (default: one chunk with
-    the reply's count)."""
+    Streamed, the reasoning then the text go out `words_per_chunk` words a chunk (speculative decoding emits
+    several tokens at once), after a role-only first chunk when `role_chunk` (as vLLM sends); `extra` keys other
+    than `usage` ride on the finish chunk (SGLang's `meta_info`). `stream_usage`: the completion_tokens of each
+    usage chunk of a streamed reply (default: one chunk with the reply's count; `()`: none)."""
 
     text: Any
     finish_reason: Any = "stop"
@@ -57,6 +61,8 @@ class Reply:
     extra: dict[str, Any] = field(default_factory=dict)
     stream_usage: tuple[Any, ...] | None = None
     spec_verify_ct: int | None = None  # verify steps a speculative server spent on this reply
+    words_per_chunk: int = 1
+    role_chunk: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,12 +71,29 @@ class Fault:
     delay | stall | huge | bad_utf8 | no_usage | stream_disorder (streams: the finish chunk goes out before the text).
 
     `stall` sends nothing until the client hangs up (at most `STALL_CAP_S`), so only the client's own timeout ends
-    the request, however busy the machine; the server then records the request's index in `hung_up`."""
+    the request, however busy the machine; the server then records the request's index in `hung_up`.
+
+    Streams that break after `after` text chunks: stream_error (an error event, then [DONE]), stream_drop (the
+    socket closes mid-body, as a crashed server's does), stream_no_done (the body ends without [DONE])."""
 
     kind: str
     status: int = 500
     retry_after: float | None = None
     delay_s: float = 0.0
+    after: int = 0
+
+
+STREAM_BREAKS = ("stream_error", "stream_drop", "stream_no_done")
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """When a streamed reply's text chunks leave: the first `ttft_s` after the request, then one every
+    `interval_s`, against absolute deadlines so that a late wake-up on a busy machine delays one chunk, not all
+    that follow. The server records when each really left (`sent_at`): the pacing served."""
+
+    ttft_s: float = 0.0
+    interval_s: float = 0.0
 
 
 STALL_CAP_S = 300.0  # a stalled request a client never abandons still ends, so a broken test cannot hang forever
@@ -193,8 +216,10 @@ class FakeOpenAI:
         sglang: bool | FakeSGLang = False,
         api_key: str | None = None,
         port: int = 0,
+        pacing: Pacing | None = None,
     ) -> None:
         self.responder = responder
+        self.pacing = pacing
         self.api_key = api_key  # when set, every route but /health answers 401 without `Authorization: Bearer <key>`
         self.authorized = 0  # requests that carried the key, when one is required
         self.models = models
@@ -204,6 +229,9 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.gets: list[str] = []  # paths of GET requests, in order
         self.hung_up: list[int] = []  # indices (into `requests`) of stalled requests whose client gave up
+        # Per request, as `time.perf_counter()`: when it arrived, and when each streamed text chunk left.
+        self.arrived_at: list[float] = []
+        self.sent_at: list[list[float]] = []
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # notified on every request recorded
         self._server = _QuietServer(("127.0.0.1", port), _make_handler(self))
@@ -240,6 +268,8 @@ class FakeOpenAI:
     def record(self, body: dict[str, Any]) -> int:
         with self._lock:
             self.requests.append(body)
+            self.arrived_at.append(time.perf_counter())
+            self.sent_at.append([])
             self._arrived.notify_all()
             return len(self.requests) - 1
 
@@ -247,6 +277,12 @@ class FakeOpenAI:
         with self._lock:
             self.gets.append(path)
             self._arrived.notify_all()
+
+    def served_decode_tps(self, request: int, tokens: int) -> float:
+        """`tokens - 1` over the time between the first and last text chunk this server sent for `request`: the
+        decode speed really served, which a busy machine can stretch past the pacing asked for."""
+        times = self.sent_at[request]
+        return (tokens - 1) / (times[-1] - times[0])
 
     def wait_until(self, condition: Callable[["FakeOpenAI"], bool], timeout_s: float = 120.0) -> bool:
         """Block until `condition(server)` holds, checked as each request arrives; False on timeout."""
@@ -308,6 +344,10 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if mode is None:
                 self._json(404, {"error": f"no route {self.path}"})
                 return
+            if isinstance(body, list) or isinstance(body.get("prompt"), list):
+                count = len(body if isinstance(body, list) else body["prompt"])
+                self._json(400, {"error": {"message": f"batched prompts ({count}) are not supported"}})
+                return
             if body.get("model") not in server.models:
                 self._json(404, {"error": {"message": f"model {body.get('model')!r} not found"}})
                 return
@@ -328,7 +368,7 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 with server._lock:
                     server.sglang.served(_count(reply), reply.spec_verify_ct, bool(body.get("stream")))
             if body.get("stream"):
-                self._stream(mode, body, reply, disorder=fault is not None and fault.kind == "stream_disorder")
+                self._stream(mode, body, reply, index, fault)
             else:
                 self._json(200, payload)
 
@@ -396,19 +436,50 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _stream(self, mode: str, body: dict[str, Any], reply: Reply, disorder: bool) -> None:
+        def _stream(self, mode: str, body: dict[str, Any], reply: Reply, index: int, fault: Fault | None) -> None:
+            """Server-sent events in chunked transfer encoding, each flushed as it is written."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Connection", "close")
             self.end_headers()
-            closing = _sglext_chunks(server, body, reply)
-            events = _stream_events(mode, body, reply, closing)
-            if disorder:  # the finish chunk first, then the text
-                events.insert(0, events.pop(-1 - len(closing) - _usage_chunks(body, reply)))
-            for event in events:
-                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
             self.close_connection = True
+            start = time.perf_counter()
+            head, text, tail = _stream_events(mode, body, reply, _sglext_chunks(server, body, reply))
+            if fault is not None and fault.kind == "stream_disorder":  # the finish chunk first, then the text
+                head, tail = [tail[0], *head], tail[1:]
+            for event in head:
+                self._event(event)
+            pacing = server.pacing or Pacing()
+            for number, event in enumerate(text):
+                _sleep_until(start + pacing.ttft_s + number * pacing.interval_s)
+                if fault is not None and fault.kind in STREAM_BREAKS and number >= fault.after:
+                    self._break(fault.kind)
+                    return
+                self._event(event)
+                with server._lock:
+                    server.sent_at[index].append(time.perf_counter())
+            for event in tail:
+                self._event(event)
+            self._event("[DONE]")
+            self._write_chunk(b"")
+
+        def _write_chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _event(self, event: dict[str, Any] | str) -> None:
+            self._write_chunk(b"data: " + (event if isinstance(event, str) else json.dumps(event)).encode() + b"\n\n")
+
+        def _break(self, kind: str) -> None:
+            if kind == "stream_error":
+                self._event({"error": {"message": "injected mid-stream failure", "code": 500}})
+                self._event("[DONE]")
+                self._write_chunk(b"")
+            elif kind == "stream_no_done":
+                self._write_chunk(b"")
+            else:  # without the terminating chunk: the client sees a body cut short
+                self.connection.shutdown(socket.SHUT_RDWR)
 
     return Handler
 
@@ -486,29 +557,100 @@ def _sglext_chunks(server: FakeOpenAI, body: dict[str, Any], reply: Reply) -> li
 
 
 def _stream_events(
-    mode: str, body: dict[str, Any], reply: Reply, closing: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """The data events of a streamed reply: reasoning and text one word each, the finish chunk, `closing`
-    (SGLang's statistics chunk), then the usage chunks asked for."""
+    mode: str, body: dict[str, Any], reply: Reply, closing: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The data events of a streamed reply, as (before the text, the text chunks, after the text): the role chunk
+    if any; reasoning then text, `words_per_chunk` words each; the finish chunk, `closing` (SGLang's statistics
+    chunk), then the usage chunks asked for."""
     def chunk(fields: dict[str, Any]) -> dict[str, Any]:
         return {"id": "cmpl-fake", "object": "chunk", "model": body.get("model"), "choices": [{"index": 0, **fields}]}
 
-    text = reply.text if isinstance(reply.text, str) else ""
-    thinking = reply.reasoning.split(" ") if mode == "chat" and reply.reasoning else []
-    events = [chunk({"delta": {"reasoning_content": word + " "}}) for word in thinking]
-    events += [chunk({"delta": {"content": word + " "}} if mode == "chat" else {"text": word + " "})
-               for word in text.split(" ")]
-    events.append(chunk({"delta": {}, "finish_reason": reply.finish_reason} if mode == "chat"
-                        else {"text": "", "finish_reason": reply.finish_reason}))
-    events += closing or []
+    chat = mode == "chat"
+    head = [chunk({"delta": {"role": "assistant", "content": ""}})] if chat and reply.role_chunk else []
+    thinking = _word_groups(reply.reasoning, reply.words_per_chunk) if chat and reply.reasoning else []
+    text = [chunk({"delta": {"reasoning_content": words}}) for words in thinking]
+    text += [chunk({"delta": {"content": words}} if chat else {"text": words})
+             for words in _word_groups(reply.text if isinstance(reply.text, str) else "", reply.words_per_chunk)]
+    finish = chunk({"delta": {}, "finish_reason": reply.finish_reason} if chat
+                   else {"text": "", "finish_reason": reply.finish_reason})
+    finish.update({key: value for key, value in reply.extra.items() if key != "usage"})
     if reply.stream_usage is None and "usage" in reply.extra:  # a recorded usage object, as the reply carries it
         usages = [reply.extra["usage"]]
     else:
         counts = reply.stream_usage if reply.stream_usage is not None else (_tokens(reply),)
         usages = [_usage(reply, count) for count in counts]
-    events += [{"id": "cmpl-fake", "object": "chunk", "choices": [], "usage": usage}
-               for usage in usages[: _usage_chunks(body, reply)]]
-    return events
+    tail = [finish, *closing] + [{"id": "cmpl-fake", "object": "chunk", "choices": [], "usage": usage}
+                                 for usage in usages[: _usage_chunks(body, reply)]]
+    return head, text, tail
+
+
+def _word_groups(text: str, size: int) -> list[str]:
+    """`text` cut into chunks of `size` words, each word followed by its space."""
+    words = [word + " " for word in text.split(" ")]
+    return ["".join(words[start:start + size]) for start in range(0, len(words), size)]
+
+
+def _sleep_until(deadline: float) -> None:
+    remaining = deadline - time.perf_counter()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+# -- a paced stream ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamScript:
+    """Every completion request answered with `n_tokens` tokens ("t0 t1 ...") streamed at a set pace: the
+    speed probe's scripted server, built on `FakeOpenAI` by `server()`.
+
+    - `tokens_per_chunk > 1` mimics speculative decoding emitting several tokens at once.
+    - `reasoning_tokens`: the first N tokens go out as `reasoning_content`.
+    - `usage`: send usage when the request asks for it; `usage_tokens` overrides the count.
+    - `fail_after`: after that many text chunks, break the stream as `fail_mode` (a `Fault` kind in
+      `STREAM_BREAKS`) says; only on the requests numbered in `fail_requests` (0-based) when that is given.
+    - `status`: answer every request with this HTTP status instead.
+    - `role_chunk`: a role-only first chunk with empty content, as vLLM sends.
+    A request's `max_tokens` below `n_tokens` cuts the reply there with finish_reason "length", as a real server does.
+    """
+
+    ttft_s: float = 0.2
+    interval_s: float = 0.01
+    n_tokens: int = 50
+    tokens_per_chunk: int = 1
+    reasoning_tokens: int = 0
+    usage: bool = True
+    usage_tokens: int | None = None
+    finish_reason: str = "stop"
+    meta_info: dict[str, Any] | None = None
+    fail_after: int | None = None
+    fail_mode: str = "stream_error"
+    fail_requests: tuple[int, ...] | None = None
+    status: int = 200
+    role_chunk: bool = True
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        cap = body.get("max_tokens")
+        n, finish = (cap, "length") if isinstance(cap, int) and cap < self.n_tokens else (self.n_tokens, None)
+        words = [f"t{k}" for k in range(n)]
+        thinking = min(self.reasoning_tokens, n)
+        return Reply(text=" ".join(words[thinking:]), reasoning=" ".join(words[:thinking]) or None,
+                     finish_reason=finish or self.finish_reason,
+                     completion_tokens=self.usage_tokens if self.usage_tokens is not None else n,
+                     stream_usage=None if self.usage else (), words_per_chunk=self.tokens_per_chunk,
+                     extra={"meta_info": self.meta_info} if self.meta_info is not None else {},
+                     role_chunk=self.role_chunk)
+
+    def fault(self, request: int, body: dict[str, Any]) -> Fault | None:
+        if self.status != 200:
+            return Fault("status", self.status)
+        if self.fail_after is None or (self.fail_requests is not None and request not in self.fail_requests):
+            return None
+        return Fault(self.fail_mode, after=self.fail_after)
+
+    def server(self) -> FakeOpenAI:
+        """The scripted server, not yet started (`with script.server() as server:`)."""
+        return FakeOpenAI(self.reply, faults=self.fault, pacing=Pacing(self.ttft_s, self.interval_s))
 
 
 # -- GSM8K oracle ---------------------------------------------------------------
@@ -552,13 +694,42 @@ def gsm8k_oracle(wrong: Callable[[str], bool], tokens: Callable[[str], int] | No
     return respond
 
 
+def gsm8k_reference(path: Path = GSM8K_TEST_FILE) -> Responder:
+    """Every question of the file at `path` answered right in both forms graders read ("The answer is N." and
+    GSM8K's "#### N"), anything else with 0: what the benches time a client against."""
+    answers = gsm8k_answers(path)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        gold = answers.get(question_of(body), "0")
+        return Reply(text=f" Adding it up. The answer is {gold}.\n#### {gold}", completion_tokens=12,
+                     prompt_tokens=100)
+
+    return respond
+
+
 # -- as a launched server ---------------------------------------------------------
 
 KEY_ENV = "FAKE_OPENAI_API_KEY"
+READY = "fake OpenAI server on port"
+
+
+def start_process(*options: str) -> tuple[subprocess.Popen[str], str]:
+    """Run the server as its own process (`serve`'s options, on a free port); (the process, its base URL once it
+    listens). The caller stops it."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_openai", "--port", "0", *options], cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith(READY):
+        proc.kill()
+        raise RuntimeError(f"the fake OpenAI server did not start: {line!r}")
+    return proc, f"http://127.0.0.1:{int(line.split()[-1])}/v1"
 
 
 def serve(argv: list[str]) -> None:
-    """Serve the GSM8K oracle (every answer right) on a fixed port until killed.
+    """Serve the GSM8K oracle (every answer right) on `--port` (0: a free one) until killed; print
+    "fake OpenAI server on port N" once it listens. `--instant`: answer in GSM8K's reference form from
+    `--data` (see `gsm8k_reference`), for benches.
 
     With `--fork-child` a forked child keeps the listening socket open, as the
     worker processes of a multi-process server (SGLang) do: stopping only the
@@ -569,6 +740,8 @@ def serve(argv: list[str]) -> None:
     """
     parser = argparse.ArgumentParser(prog="python -m tests.fake_openai")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--instant", action="store_true", help="answer in GSM8K's reference form, for benches")
+    parser.add_argument("--data", type=Path, default=GSM8K_TEST_FILE, help="the GSM8K file --instant answers from")
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--fork-child", action="store_true")
     parser.add_argument("--pid-file")
@@ -580,7 +753,8 @@ def serve(argv: list[str]) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the forked child inherits it
     if args.env_report:
         Path(args.env_report).write_text(json.dumps(sorted(os.environ)))
-    server = FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=args.latency, port=args.port,
+    responder = gsm8k_reference(args.data) if args.instant else gsm8k_oracle(lambda question: False)
+    server = FakeOpenAI(responder, latency_s=args.latency, port=args.port,
                         sglang=args.sglang, api_key=os.environ.get(KEY_ENV) or None)
     pids = [os.getpid()]
     if args.fork_child:
@@ -592,7 +766,7 @@ def serve(argv: list[str]) -> None:
     if args.pid_file:
         Path(args.pid_file).write_text("".join(f"{pid}\n" for pid in pids))
     with server:
-        print(f"fake OpenAI server on port {server.port}", flush=True)
+        print(f"{READY} {server.port}", flush=True)
         while True:
             time.sleep(3600)
 
