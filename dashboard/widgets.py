@@ -17,7 +17,8 @@ import streamlit as st
 from dashboard import analysis, data
 from db.engine import StoreError
 from evalsvc.decision import build, rule
-from evalsvc.report import token_counts
+from evalsvc.decision.workload import WorkloadDecision
+from evalsvc.report import decision_report, token_counts
 from harness.redact import mask_url
 
 PAGES = {
@@ -199,14 +200,16 @@ def next_step(candidates: list[str], a: str, rest: list[str]) -> str:
 
 
 def evidence_links(pair: Pair) -> None:
-    """Links to the three pages holding the evidence for one pair."""
+    """Links to the three pages holding the evidence for one pair, under one line naming the pair
+    (short labels: at 1,280 px three long ones are cut)."""
     params = {"task": pair.task, "a": pair.a, "b": pair.b}
+    st.caption(f"The evidence, {esc(pair.b)} against {esc(pair.a)} on {esc(pair.task)}:")
     cols = st.columns(3)
     targets = (("disagreements", "Disagreements"), ("significance", "Significance"), ("length_time", "Length and time"))
     for col, (page, label) in zip(cols, targets):
         with col:
-            st.page_link(PAGES[page], label=f"{label}: {pair.b} vs {pair.a}", query_params=params,
-                         icon=":material/arrow_forward:")
+            st.page_link(PAGES[page], label=label, query_params=params, icon=":material/arrow_forward:",
+                         help=f"{label}: {pair.b} against {pair.a} on {pair.task}")
 
 
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
@@ -249,7 +252,43 @@ def esc(text: object) -> str:
     return "".join(f"\\{ch}" if ch in _MARKDOWN_SPECIAL else ch for ch in str(text))
 
 
+def table(frame: pd.DataFrame, max_rows: int = 15) -> None:
+    """A table whose every column shows on a 1,280 px screen: long cells wrap instead of being cut.
+
+    Cells are text from the store and the statistics, made inert (st.table reads Markdown). A table of more
+    than `max_rows` rows scrolls inside a fixed height rather than pushing the rest of the page down.
+    """
+    shown = frame.astype(str).map(esc).rename(columns=esc)
+    height = "content" if len(frame) <= max_rows else 38 + 36 * max_rows
+    st.table(shown, hide_index=True, height=height)
+
+
+def decisions_frame(decisions: Sequence[WorkloadDecision], stop: WorkloadDecision | None = None,
+                    workload: bool = True) -> pd.DataFrame:
+    """Step N against N+1, one row per decision: what to do and why in full (`decision_report.explain`, as the CLI says it).
+
+    With `stop` (the decision that ends the walk down the ladder) a column says which decisions lie past it.
+    """
+    rows, beyond = [], False
+    for d in decisions:
+        row = {"workload": d.workload} if workload else {}
+        row |= {"step N": d.step_a, "step N+1": d.step_b, "decision": decision_report.choice_words(d)}
+        if stop is not None:
+            row["on the path"] = "no, after the stop" if beyond else "yes"
+            beyond = beyond or d is stop
+        # The accuracy verdict and the ratios are in the words of "why"; a column of their own would narrow it.
+        row |= {"task time B/A": num(d.time.ratio if d.time else None, 3), "why": decision_report.explain(d)}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def chart(figure: alt.TopLevelMixin) -> None:
-    """Show an Altair chart. Its spec comes from this code, not from users, so Altair's schema validation
-    (tens of milliseconds the first time, per server) is skipped."""
-    st.vega_lite_chart(figure.to_dict(validate=False))
+    """Show an Altair chart at its own size. Its spec comes from this code, not from users, so Altair's schema
+    validation (tens of milliseconds the first time, per server) is skipped.
+
+    Sizes are the plot's own ("pad"): Streamlit's default fits axes, titles and legend into the given size,
+    squashing the plot. Each chart is sized to fit half the page at 1,280 px, legend included.
+    """
+    spec = figure.to_dict(validate=False)
+    spec.setdefault("autosize", {"type": "pad", "contains": "padding"})
+    st.vega_lite_chart(spec, width="content")

@@ -71,21 +71,6 @@ def ship_heading(workload: str, ship: str, stop: WorkloadDecision | None) -> str
     return head + f", stop there (not **{widgets.esc(stop.step_b)}**)"
 
 
-def chain_table(chain: Sequence[WorkloadDecision], stop: WorkloadDecision | None) -> pd.DataFrame:
-    """Every step-to-step decision of one workload; those after the stop are marked."""
-    rows, beyond = [], False
-    for d in chain:
-        rows.append({
-            "step N": d.step_a, "step N+1": d.step_b, "decision": decision_report.choice_words(d),
-            "accuracy": accuracy_report.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
-            "tokens B/A": widgets.num(d.token_ratio, 2), "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
-            "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
-            "on the path": "no, after the stop" if beyond else "yes",
-        })
-        beyond = beyond or d is stop
-    return pd.DataFrame(rows).set_index("step N")
-
-
 def _evidence_task(d: WorkloadDecision) -> str | None:
     return d.accuracy.task if d.accuracy else d.accuracy_from
 
@@ -109,7 +94,7 @@ def render_ship(steps: Sequence[str], decisions: Sequence[WorkloadDecision], sho
             if stop is not None:
                 render_decision(stop)
             with st.expander(f"All {widgets.plural(len(chain), 'step-to-step decision')} for {workload}"):
-                st.dataframe(chain_table(chain, stop))
+                widgets.table(widgets.decisions_frame(chain, stop, workload=False))
 
 
 SWAP_NOTE = (
@@ -153,7 +138,7 @@ def render_aside(found: build.LadderDecision) -> None:
     rows = [{"step": a.step, "task": a.task, "run": str(a.run_id), "set aside": a.reason.value, "why": a.detail}
             for a in found.picked.aside]
     with st.expander(f"{widgets.plural(len(rows), 'run')} set aside (other settings, unfinished, or fewer items)"):
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        widgets.table(pd.DataFrame(rows))
 
 
 def task_table(
@@ -183,7 +168,7 @@ def task_table(
             "mean tokens": widgets.num(row["mean tokens"]), "median tokens": widgets.num(row["median tokens"]),
             "scored": str(row["scored"]), "run": str(row["run"]),
         })
-    return pd.DataFrame(rows).set_index("step")
+    return pd.DataFrame(rows)
 
 
 def _time_cell(d: WorkloadDecision | None) -> str:
@@ -195,8 +180,9 @@ def _time_cell(d: WorkloadDecision | None) -> str:
 def ladder_chart(
     runs: pd.DataFrame, per_task: dict[str, dict[str, analysis.RunKey]], steps: Sequence[str],
     speeds: dict[str, dict[str, task_time.EndpointSpeed]],
-) -> alt.HConcatChart:
-    """Accuracy per task with its Wilson interval, and decode speed per workload, down the ladder.
+) -> tuple[alt.LayerChart, alt.Chart]:
+    """Accuracy per task with its Wilson interval, and decode speed per workload, down the ladder: two charts
+    for two columns, each sized to fit one at 1,280 px.
 
     Accuracy points are not joined: steps may score different item sets (errors are left out), and a line
     would suggest a trend between them. The axis runs from 0 to 100%.
@@ -216,7 +202,8 @@ def ladder_chart(
     ], columns=["step", "workload", "tok/s"])
     x = alt.X("step:N", sort=list(steps), title=None)
     # Plain records: handing Altair a DataFrame routes it through narwhals, whose first use costs a tenth of a second.
-    base = alt.Chart(alt.Data(values=rows), title="Accuracy (95% interval), items scored per step in the tooltip")
+    base = alt.Chart(alt.Data(values=rows), title=alt.Title("Accuracy (95% interval)",
+                                                            subtitle="items scored per step in the tooltip"))
     y = alt.Y("accuracy:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="accuracy")
     color = alt.Color("task:N", scale=widgets.task_scale(), title="task")
     offset = alt.XOffset("task:N")
@@ -228,7 +215,7 @@ def ladder_chart(
     right = right.mark_line(point=True).encode(
         x=x, y=alt.Y("tok/s:Q", scale=alt.Scale(zero=True)),
         color=alt.Color("workload:N", scale=widgets.workload_scale(), title="workload"))
-    return alt.hconcat((bars + points).properties(width=380, height=240), right.properties(width=380, height=240))
+    return (bars + points).properties(width=210, height=240), right.properties(width=240, height=240)
 
 
 def main() -> None:
@@ -252,10 +239,12 @@ def main() -> None:
     per_task = data.step_runs(runs, steps, url)
     for task, per_step in per_task.items():
         st.subheader(f"{task} ({analysis.workload_of(task)})")
-        st.dataframe(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
+        widgets.table(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
     st.caption("Accuracy intervals are Wilson 95%. " + task_time.TASK_TIME_MODEL)
     if per_task:
-        widgets.chart(ladder_chart(runs, per_task, steps, speeds))
+        for column, figure in zip(st.columns(2), ladder_chart(runs, per_task, steps, speeds)):
+            with column:
+                widgets.chart(figure)
 
 
 main()

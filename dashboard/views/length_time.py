@@ -9,7 +9,6 @@ import streamlit as st
 from dashboard import analysis, data, widgets
 from evalsvc.decision import build
 from evalsvc.report import accuracy_report
-from evalsvc.report import decision_report
 from evalsvc.statistics import output_length
 from evalsvc.statistics import task_time
 
@@ -36,9 +35,10 @@ OUTCOME_STYLE = {  # the disagreements stand out; agreement is grey and small
 }
 
 
-def charts(items: pd.DataFrame, pair: widgets.Pair, order: list[str]) -> alt.HConcatChart:  # type: ignore[type-arg]
-    """Output tokens of both steps side by side (one colour per step, as on every chart), and the paired
-    scatter with the y = x line, the items the steps disagree on drawn large and in colour."""
+def charts(items: pd.DataFrame, pair: widgets.Pair, order: list[str]) -> tuple[alt.FacetChart, alt.LayerChart]:
+    """Output tokens of both steps one above the other (one colour per step, as on every chart), and the
+    paired scatter with the y = x line, the items the steps disagree on drawn large and in colour: two charts
+    for two columns."""
     long = analysis.tokens_long(items, pair.a, pair.b)
     histogram = alt.Chart(alt.Data(values=long.to_dict("records")), title="Output tokens per item").mark_bar().encode(
         x=alt.X("tokens:Q", bin=alt.Bin(maxbins=40), title="output tokens"),
@@ -56,13 +56,12 @@ def charts(items: pd.DataFrame, pair: widgets.Pair, order: list[str]) -> alt.HCo
                         title="Paired: tokens B against tokens A").mark_circle(opacity=0.9).encode(
         x=alt.X("completion_tokens_a:Q", title=f"A: {pair.a} tokens"),
         y=alt.Y("completion_tokens_b:Q", title=f"B: {pair.b} tokens"),
-        color=alt.Color("outcome:N", scale=style, title="correct"), size=alt.Size("outcome:N", scale=sizes, legend=None),
+        color=alt.Color("outcome:N", scale=style, title="correct", legend=alt.Legend(orient="bottom", columns=2)), size=alt.Size("outcome:N", scale=sizes, legend=None),
         tooltip=["item_id:N", "outcome:N"])
     diagonal = alt.Chart(alt.Data(values=[{"x": 0.0, "y": 0.0}, {"x": top, "y": top}])).mark_line(
         color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="y:Q")
-    charts = alt.hconcat(histogram.properties(width=380, height=110),
-                         (scatter + diagonal).properties(width=300, height=260))
-    return charts.resolve_scale(color="independent", size="independent")
+    # Sized to fit half the page at 1,280 px with axis titles and legends (the scatter's below it).
+    return histogram.properties(width=280, height=110), (scatter + diagonal).properties(width=300, height=260)
 
 
 def _outcomes(correct_a: pd.Series, correct_b: pd.Series) -> list[str]:
@@ -91,17 +90,9 @@ def render_decisions(url: str, runs: pd.DataFrame, steps: list[str]) -> None:
     found = data.ladder(url, runs, steps)
     if not isinstance(found, build.LadderDecision):
         return
-    rows = [{
-        "workload": d.workload, "step N": d.step_a, "step N+1": d.step_b, "decision": decision_report.choice_words(d),
-        "accuracy": accuracy_report.verdict_label(d.accuracy) if d.accuracy else widgets.MISSING,
-        "tokens B/A": widgets.num(d.token_ratio, 2),
-        "truncated A/B": f"{d.truncated[0]}/{d.truncated[1]}" if d.truncated else widgets.MISSING,
-        "speed B/A": widgets.num(d.time.speed_ratio if d.time else None, 2),
-        "task time B/A": widgets.num(d.time.ratio if d.time else None, 3),
-        "why": decision_report.explain(d),
-    } for pair in found.decisions for d in pair.workloads]
+    decisions = [d for pair in found.decisions for d in pair.workloads]
     st.subheader("Step N or N+1, per workload")
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    widgets.table(widgets.decisions_frame(decisions))
     st.caption("Chat output lengths come from the chat speed probes of both steps, paired by prompt; a chat "
                "decision is refused while any paired answer was cut by the probe's cap.")
 
@@ -127,7 +118,9 @@ def main() -> None:
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
         paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LADDER_ITEM_COLUMNS)
-        widgets.chart(charts(paired.items, pair, analysis.ladder_order(runs)))
+        for column, figure in zip(st.columns(2), charts(paired.items, pair, analysis.ladder_order(runs))):
+            with column:
+                widgets.chart(figure)
         st.subheader("Task time")
         render_time(time, workload, pair)
     render_decisions(url, runs, steps)

@@ -98,10 +98,9 @@ def main() -> None:
     render_pair(url, runs, steps, report)
     st.subheader("Every comparison")
     table = report_table(report)
-    st.dataframe(table[list(REPORT_COLUMNS)], hide_index=True,
-                 column_config={"verdict": st.column_config.TextColumn(pinned=True, width="medium")})
+    widgets.table(table[list(REPORT_COLUMNS)])
     with st.expander("The 2x2 counts of every comparison"):
-        st.dataframe(table[list(COUNT_COLUMNS)], hide_index=True)
+        widgets.table(table[list(COUNT_COLUMNS)])
     st.caption(f"Baseline: {report.baseline}. {rule.RULE_TEXT} p Holm adjusts all {len(report.entries)} exact "
                "McNemar p-values together. B-A, CI and MDE in accuracy points; MDE at 80% power. The margin m "
                "is how many points worse B may be and still count as no worse; set it per task in the sidebar.")
