@@ -1,16 +1,19 @@
-"""Shared fixtures: a GSM8K oracle server, a fresh SQLite store, a CLI runner."""
+"""Shared fixtures: a GSM8K oracle server, a fresh SQLite store, a CLI runner; and the rule for missing tools:
+a test that needs one (`@pytest.mark.needs_tool(path, install_hint)`) skips locally with the reason, and fails
+under `CI=true`, where every test must run."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 import pytest
 from click.testing import CliRunner, Result
@@ -20,6 +23,37 @@ from tests.fake_openai import GSM8K_TEST_FILE, FakeOpenAI, gsm8k_oracle
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K_TEST = str(GSM8K_TEST_FILE)
 STOP_BOUND_S = 10.0  # issue 19: nothing evalsvc started for a run is left 10 s after a signal stops it
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip with `reason` locally; under CI=true fail with it, so that a broken setup never passes as green."""
+    if in_ci():
+        pytest.fail(f"{reason}; CI=true runs every test, so what it needs must be there", pytrace=False)
+    pytest.skip(reason)
+
+
+def needs_tool(path: str, install: str) -> pytest.MarkDecorator:
+    """Mark a test that needs the program `path` (a name on PATH or an absolute path); `install` says how to get it."""
+    return pytest.mark.needs_tool(path, install)
+
+
+needs_bwrap = needs_tool("bwrap", "apt-get install bubblewrap")
+
+
+def check_tools(item: Any) -> None:
+    """Skip or fail (see `skip_or_fail`) a test whose `needs_tool` programs are missing."""
+    for mark in item.iter_markers("needs_tool"):
+        path, install = mark.args
+        if shutil.which(path) is None:
+            skip_or_fail(f"{path} not found ({install})")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    check_tools(item)
 
 
 def wrong_when(question: str) -> bool:

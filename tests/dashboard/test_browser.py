@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,12 +21,14 @@ import httpx
 import pytest
 
 from evalsvc.cli.dashboard import streamlit_argv
+from tests.conftest import needs_tool
 from tests.dashboard import seed
 
 pytest.importorskip("playwright.sync_api", reason="playwright is needed for the browser tests (pip install playwright)")
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
 CHROMIUM = os.environ.get("EVALSVC_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_INSTALL = "apt-get install chromium, or set EVALSVC_CHROMIUM"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "dashboard"
 CHROMIUM_ARGS = [
@@ -40,10 +41,7 @@ START_TIMEOUT_S = 120
 expect.set_options(timeout=30_000)
 RENDER_TIMEOUT_MS = 90_000
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists(),
-    reason=f"no Chromium at {CHROMIUM} (apt-get install chromium, or set EVALSVC_CHROMIUM)",
-)]
+pytestmark = [pytest.mark.slow, needs_tool(CHROMIUM, CHROMIUM_INSTALL)]
 
 
 def free_port() -> int:

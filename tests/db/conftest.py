@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from db.engine import Store, open_store
+from tests.conftest import skip_or_fail
 
 PG_ENV = "EVALSVC_TEST_PG"
 DEFAULT_PG_URL = "postgresql+psycopg://evalsvc:evalsvc@127.0.0.1:5432/evalsvc_test"
@@ -45,10 +46,8 @@ def require_pg() -> str:
     url = pg_url()
     problem = pg_problem(url)
     if problem is not None:
-        message = f"PostgreSQL at {url.split('@')[-1]} ({PG_ENV}) is not reachable: {problem}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message + "; CI must run the PostgreSQL store tests (.ci/setup starts the server)")
-        pytest.skip(message)
+        skip_or_fail(f"PostgreSQL at {url.split('@')[-1]} ({PG_ENV}) is not reachable: {problem} "
+                     "(.ci/setup starts the server)")
     reset_pg(url)
     return url
 

@@ -29,7 +29,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, inspect, make_url, text
 
-from tests.conftest import GSM8K_TEST, ROOT, wrong_when
+from tests.conftest import GSM8K_TEST, ROOT, needs_tool, skip_or_fail, wrong_when
 from tests.db.conftest import pg_problem, pg_url
 from tests.fake_openai import KEY_ENV, FakeOpenAI, gsm8k_oracle
 
@@ -37,10 +37,10 @@ pytest.importorskip("playwright.sync_api", reason="playwright is needed for the 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
 from tests.dashboard.test_browser import (  # noqa: E402
-    CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, VIEWPORT, free_port, open_page, wait_rendered,
+    CHROMIUM, CHROMIUM_ARGS, CHROMIUM_INSTALL, RENDER_TIMEOUT_MS, VIEWPORT, free_port, open_page, wait_rendered,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, needs_tool(CHROMIUM, CHROMIUM_INSTALL)]
 
 LIMIT = 6
 JOB_LIMIT = 4
@@ -60,10 +60,7 @@ def canary_store() -> Iterator[tuple[str, str]]:
     admin_url = make_url(pg_url()).set(drivername="postgresql+psycopg")
     problem = pg_problem(admin_url.render_as_string(hide_password=False))
     if problem is not None:
-        message = f"PostgreSQL at {admin_url.host} is not reachable: {problem}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"PostgreSQL at {admin_url.host} is not reachable: {problem}")
     name = f"evalsvc_canary_{secrets.token_hex(4)}"
     password = f"pgcanary{secrets.token_hex(12)}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")

@@ -16,6 +16,7 @@ from harness.tasks import get_task, pick_template
 from harness.tasks import humaneval as humaneval_module
 from harness.tasks.humaneval import SOLUTION_IMPORTS, STOP_SEQUENCES, TEST_IMPORTS, HumanEval, HumanEvalDataError
 from harness.types import Completion, stable_hash
+from tests.conftest import needs_bwrap
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def test_loads_the_164_packaged_problems(samples: list) -> None:
 
 
 # 'process' starts an interpreter per program: slow on two cores.
-ISOLATIONS = ["bwrap", pytest.param("process", marks=pytest.mark.slow)]
+ISOLATIONS = [pytest.param("bwrap", marks=needs_bwrap), pytest.param("process", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)

@@ -3,7 +3,6 @@ a real socket listener. Nothing here is stubbed."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,10 +15,8 @@ import pytest
 
 from harness import sandbox
 from harness.sandbox import ExecResult, Limits, Program, run_many, run_program
+from tests.conftest import needs_bwrap
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
-)
 
 TEST = textwrap.dedent(
     """

@@ -26,10 +26,8 @@ import pytest
 from harness import sandbox
 from harness.sandbox import ExecResult, Limits, Program, close_workers, run_many, run_program
 from harness.sandbox_layout import TMP_MB
+from tests.conftest import needs_bwrap
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
-)
 ISOLATIONS = [pytest.param("bwrap", marks=needs_bwrap), "process"]
 TEST = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(41) == 42\n"
 LIMITS = Limits(timeout_s=5.0, memory_mb=512)
