@@ -15,8 +15,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from evalsvc.decision import build
-from evalsvc.decision.build import TASK_WORKLOAD as TASK_WORKLOADS
-from evalsvc.decision.build import WORKLOADS
+from evalsvc.decision.build import TASK_NAMES, WORKLOADS
 from evalsvc.decision.workload import WorkloadDecision
 from evalsvc.statistics import paired_tests
 
@@ -67,7 +66,7 @@ def latest_runs(runs: pd.DataFrame) -> dict[tuple[str, str], int]:
 def tasks_in(runs: pd.DataFrame) -> list[str]:
     """Tasks present in the store, known ones first."""
     found = set(runs["task"]) if not runs.empty else set()
-    known = [task for task in TASK_WORKLOADS if task in found]
+    known = [task for task in TASK_NAMES if task in found]
     return known + sorted(found - set(known))
 
 

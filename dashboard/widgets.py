@@ -224,8 +224,8 @@ def workload_scale() -> alt.Scale:
 
 def task_scale() -> alt.Scale:
     """Each task in its workload's colour."""
-    tasks = list(build.TASK_WORKLOAD)
-    return alt.Scale(domain=tasks, range=[WORKLOAD_COLORS[build.TASK_WORKLOAD[t]] for t in tasks])
+    tasks = list(build.TASK_NAMES)
+    return alt.Scale(domain=tasks, range=[WORKLOAD_COLORS[build.workload_of(t)] for t in tasks])
 
 
 def step_scale(order: Sequence[str]) -> alt.Scale:

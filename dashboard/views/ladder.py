@@ -56,13 +56,13 @@ def render_decision(d: WorkloadDecision) -> None:
     with st.expander("Why, in full"):
         st.markdown(widgets.esc(decision_report.explain(d)))
     task = _evidence_task(d)
-    if task is not None and task in build.TASK_WORKLOAD:
+    if task is not None and task in build.TASK_NAMES:
         widgets.evidence_links(widgets.Pair(task, d.step_a, d.step_b))
 
 
 def ship_heading(workload: str, ship: str, stop: WorkloadDecision | None) -> str:
     """'math (gsm8k): ship **int4-spec**', with why the ladder ends there."""
-    task = next((t for t, w in build.TASK_WORKLOAD.items() if w == workload), None)
+    task = build.task_of(workload)
     head = f"#### {workload}{f' ({task})' if task else ''}: ship **{widgets.esc(ship)}**"
     if stop is None:
         return head + ", the last step"

@@ -18,7 +18,7 @@ from evalsvc.ladder.run import LadderPlan, StepOutcome, check_tasks, prepare_lad
 from evalsvc.machine.bubblewrap import ensure_bubblewrap
 from evalsvc.run.runner import RunFailed, RunSpec, check_limits
 from evalsvc.run.status import LongStep, StepTimes, long_step
-from harness.tasks import TASK_NAMES
+from harness.tasks import TASK_NAMES, workload_of
 from harness.types import DecodingSettings
 
 
@@ -30,9 +30,7 @@ DEMO_SPEED_MAX_TOKENS = 128
 
 def workloads_for(tasks: tuple[str, ...]) -> tuple[str, ...]:
     """The speed workloads a decision on these tasks needs: each task's own, plus chat."""
-    from evalsvc.decision.build import TASK_WORKLOAD
-
-    return tuple(TASK_WORKLOAD[t] for t in tasks) + ("chat",)
+    return tuple(workload_of(t) for t in tasks) + ("chat",)
 
 
 def embedded_ladder_path() -> Path:

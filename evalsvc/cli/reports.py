@@ -11,12 +11,10 @@ from db import queries
 from evalsvc.cli.runs import API_KEY_OPTION, DB_OPTION, JSON_OPTION, FiniteNumber, read_store, secret_url, write_store
 from evalsvc.cli.selection import render_runs_used, runs_used
 from evalsvc.cli.text import fit, output_width
-from evalsvc.run.speed import WORKLOAD_TASK
 from harness.errors import EXIT_FAILED, UserError
-from harness.tasks import TASK_NAMES
+from harness.tasks import TASK_NAMES, TASK_WORKLOAD, WORKLOADS
 from harness.types import DecodingSettings
 
-TASK_WORKLOAD = {task: workload for workload, task in WORKLOAD_TASK.items()}  # speed accepts task names too
 
 
 class GateTripped(UserError):
@@ -156,7 +154,7 @@ def report_command(ladder_file: str | None, endpoints: str | None, baseline: str
 @click.command("speed")
 @click.option("--endpoint", required=True, help="Stored endpoint name (or a new one with --url and --model).")
 @click.option("--workload", default="chat", show_default=True, callback=lambda ctx, param, value: TASK_WORKLOAD.get(value, value),
-              type=click.Choice(["math", "code", "chat", *TASK_WORKLOAD]),
+              type=click.Choice([*WORKLOADS, *TASK_NAMES]),
               help="What to time: math, code or chat prompts (the task names gsm8k and humaneval mean math and code).")
 @click.option("--limit", "--n", "n", default=20, show_default=True, type=click.IntRange(min=2),
               help="Prompts to time (--n is the older name).")

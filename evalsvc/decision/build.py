@@ -36,12 +36,10 @@ from evalsvc.statistics import paired_tests
 from evalsvc.statistics import pairing
 from evalsvc.statistics import output_length
 from evalsvc.statistics import task_time
+from harness.tasks import TASK_NAMES, WORKLOADS, task_of, workload_of  # the dashboard reads them here too
 
 log = logging.getLogger(__name__)
 
-TASK_WORKLOAD = {"gsm8k": "math", "humaneval": "code"}
-WORKLOADS = ("math", "code", "chat")
-DEFAULT_TASKS = tuple(TASK_WORKLOAD)
 DEFAULT_MARGINS = rule.Margins()
 
 
@@ -49,11 +47,6 @@ def run_info(run: Run) -> pairing.RunInfo:
     return pairing.RunInfo(run_id=run.id, endpoint=run.endpoint.name, task=run.task, template=run.template,
                          decoding=dict(run.decoding or {}), mode=run.mode, config_hash=run.config_hash,
                          isolation=run.isolation)
-
-
-def workload_of(task: str) -> str:
-    """The speed workload (math, code, chat) a task's outputs are timed with."""
-    return TASK_WORKLOAD.get(task, "chat")
 
 
 # -- reading the store ------------------------------------------------------------------
@@ -164,7 +157,7 @@ class LadderDecision:
 
 def build_ladder(
     store: Store, steps: Sequence[str], *, baseline: str | None = None, margins: rule.Margins = DEFAULT_MARGINS,
-    force: bool = False, tasks: Sequence[str] = DEFAULT_TASKS, lengths: bool = True,
+    force: bool = False, tasks: Sequence[str] = TASK_NAMES, lengths: bool = True,
 ) -> LadderDecision:
     """Pick each step's runs, compare every step with the previous one and the baseline, and decide each step up.
 
@@ -265,7 +258,7 @@ def _decide_pair(session: Session, ep_a: Endpoint, ep_b: Endpoint, picked: Picke
                  tokens: Mapping[tuple[str, str, str], PairTokens | str]) -> PairChoice:
     out = []
     for workload in WORKLOADS:
-        task = next((t for t, w in TASK_WORKLOAD.items() if w == workload), None)
+        task = task_of(workload)
         if task is None:
             out.append(_decide_chat(session, ep_a, ep_b, accuracy))
         else:
@@ -299,7 +292,7 @@ def _ratios(tokens: tuple[Any, Any], correct: tuple[Any, Any],
 
 def _decide_task(session: Session, task: str, ep_a: Endpoint, ep_b: Endpoint, picked: Picked,
                  accuracy: accuracy_report.LadderReport, pair: PairTokens | str | None) -> WorkloadDecision:
-    workload = TASK_WORKLOAD[task]
+    workload = workload_of(task)
     a, b = ep_a.name, ep_b.name
     missing = [Reason(ReasonKind.NO_RUN, picked.why_missing(task, step)) for step in (a, b)
                if picked.run(task, step) is None]

@@ -20,13 +20,11 @@ from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
 from harness.errors import UserError
 from harness.speed import probe_speed
-from harness.tasks import get_task, pick_template
+from harness.tasks import WORKLOADS, get_task, pick_template, task_of
 from harness.types import DecodingSettings, Request, SpeedSample
 
 log = logging.getLogger(__name__)
 
-WORKLOADS = ("math", "code", "chat")
-WORKLOAD_TASK = {"math": "gsm8k", "code": "humaneval"}
 
 
 class SpeedError(UserError):
@@ -52,9 +50,10 @@ def workload_prompts(workload: str, n: int, data: str | None, chat_source: str |
     if workload == "chat":
         return [(p.prompt_id, Request(mode="chat", messages=p.messages))
                 for p in load_chat_prompts(chat_source, limit=n, strict=chat_source is not None)]
-    if workload not in WORKLOAD_TASK:
+    task_name = task_of(workload)
+    if task_name is None:
         raise SpeedError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
-    task = get_task(WORKLOAD_TASK[workload])
+    task = get_task(task_name)
     template = pick_template(task, None)
     samples = task.load_samples(data if workload == "math" else None, n)
     return [(s.item_id, template.build(s)) for s in samples]

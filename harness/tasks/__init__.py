@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from harness.tasks.base import PromptTemplate, Task, TaskError, pick_template
 
-TASK_NAMES = ("gsm8k", "humaneval")
+# The speed workload whose batch-1 timing applies to each task's answers. Chat is a workload with no task of
+# its own (its prompts are a chat set) whose accuracy stands in from a task; this map is the one place to say so.
+TASK_WORKLOAD = {"gsm8k": "math", "humaneval": "code"}
+TASK_NAMES = tuple(TASK_WORKLOAD)
+WORKLOADS = ("math", "code", "chat")
+
+
+def workload_of(task: str) -> str:
+    """The speed workload (math, code, chat) a task's outputs are timed with; chat for a task not listed."""
+    return TASK_WORKLOAD.get(task, "chat")
+
+
+def task_of(workload: str) -> str | None:
+    """The task whose prompts a workload's speed is measured on; None for chat (a chat prompt set)."""
+    return next((task for task, w in TASK_WORKLOAD.items() if w == workload), None)
 
 
 def get_task(name: str, isolation: str = "bwrap") -> Task:
@@ -21,4 +35,7 @@ def get_task(name: str, isolation: str = "bwrap") -> Task:
     raise TaskError(f"unknown task {name!r}; choose one of: {', '.join(TASK_NAMES)}, all")
 
 
-__all__ = ["TASK_NAMES", "PromptTemplate", "Task", "TaskError", "get_task", "pick_template"]
+__all__ = [
+    "TASK_NAMES", "TASK_WORKLOAD", "WORKLOADS", "PromptTemplate", "Task", "TaskError", "get_task", "pick_template",
+    "task_of", "workload_of",
+]

@@ -33,7 +33,6 @@ class PromptTemplate:
 
 class Task(Protocol):
     name: str
-    workload: str  # math, code or chat: which speed profile applies
     score_blocks: bool  # True when scoring waits on something (a sandbox): the runner then scores in a thread
     templates: dict[str, PromptTemplate]
     default_template: str

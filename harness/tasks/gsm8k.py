@@ -110,7 +110,6 @@ class GSM8K:
     """The GSM8K task: loading, prompting and scoring."""
 
     name = "gsm8k"
-    workload = "math"
     score_blocks = False  # a regex: cheaper inline than a thread hop
     isolation = None  # scoring runs no code
     default_template = "zeroshot-chat"

@@ -63,7 +63,6 @@ class HumanEval:
     """The HumanEval task: loading, prompting and scoring by execution."""
 
     name = "humaneval"
-    workload = "code"
     score_blocks = True  # runs the tests in the sandbox
     default_template = "chat-codeblock"
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness.code_extract import Extracted, build_program
 from harness.sandbox import Program, run_many
-from harness.tasks import get_task, pick_template
+from harness.tasks import get_task, pick_template, workload_of
 from harness.tasks import humaneval as humaneval_module
 from harness.tasks.humaneval import SOLUTION_IMPORTS, STOP_SEQUENCES, TEST_IMPORTS, HumanEval, HumanEvalDataError
 from harness.types import Completion, stable_hash
@@ -92,7 +92,7 @@ def test_bad_data_files_raise_with_the_path(tmp_path: Path) -> None:
 
 def test_templates(samples: list) -> None:
     task = get_task("humaneval")
-    assert (task.name, task.workload, task.default_template) == ("humaneval", "code", "chat-codeblock")
+    assert (task.name, workload_of(task.name), task.default_template) == ("humaneval", "code", "chat-codeblock")
     chat = pick_template(task, None)
     assert chat.key == "chat-codeblock@v1"
     request = chat.build(samples[0])
