@@ -1,10 +1,9 @@
-"""`evalsvc ladder run` and `evalsvc demo`."""
+"""`evalsvc ladder run` and `evalsvc demo`: their options and what they print (the work is in
+`evalsvc.ladder.run` and `evalsvc.engine.demo`)."""
 
 from __future__ import annotations
 
 import json
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,41 +12,12 @@ from db.engine import Store
 from evalsvc.cli.runs import (
     API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, task_list, write_store,
 )
-from evalsvc.ladder.file import Ladder, load_ladder
-from evalsvc.ladder.run import LadderPlan, StepOutcome, check_tasks, prepare_ladder, run_ladder
-from evalsvc.machine.bubblewrap import ensure_bubblewrap
-from evalsvc.run.runner import RunFailed, RunSpec, check_limits
-from evalsvc.run.status import LongStep, StepTimes, long_step
-from harness.tasks import TASK_NAMES, workload_of
+from evalsvc.engine.demo import demo_sizes, run_demo
+from evalsvc.ladder.file import Ladder
+from evalsvc.ladder.run import LadderPlan, StepOutcome, run_ladder_file, speed_workloads
+from evalsvc.run.runner import RunFailed, RunSpec
+from harness.tasks import TASK_NAMES
 from harness.types import DecodingSettings
-
-
-DEMO_LIMITS = {"gsm8k": 10, "humaneval": 10}
-DEMO_MAX_TOKENS = 384
-DEMO_SPEED_N = 3
-DEMO_SPEED_MAX_TOKENS = 128
-
-
-def workloads_for(tasks: tuple[str, ...]) -> tuple[str, ...]:
-    """The speed workloads a decision on these tasks needs: each task's own, plus chat."""
-    return tuple(workload_of(t) for t in tasks) + ("chat",)
-
-
-def embedded_ladder_path() -> Path:
-    return Path(str(resources.files("evalsvc.ladder") / "builtin" / "embedded-cpu.yaml"))
-
-
-def log_dir() -> Path:
-    from evalsvc.engine.embedded import evalsvc_home
-
-    return evalsvc_home() / "logs"
-
-
-def times_here() -> StepTimes:
-    """How long long steps took on this machine (the file the engine setup writes too)."""
-    from evalsvc.engine.embedded import evalsvc_home, step_times
-
-    return step_times(evalsvc_home())
 
 
 @click.group("ladder")
@@ -81,23 +51,13 @@ def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str
     Example: evalsvc ladder run my-ladder.yaml --task gsm8k --limit 100 --speed 20
     """
     store = write_store(db)
-    check_tasks(task_list(task), isolation)
-    ladder = prepare_ladder(load_ladder(ladder_file))
     base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=concurrency,
                    settings=DecodingSettings(max_tokens=max_tokens), api_key=api_key, isolation=isolation)
     tasks = tuple(task_list(task))
     plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
-                      speed_workloads=workloads_for(tasks) if speed_n else (), speed_n=max(speed_n, 2))
-    check_limits([step_spec_for(plan, task) for task in plan.tasks])
-    outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json), times=times_here())
+                      speed_workloads=speed_workloads(tasks) if speed_n else (), speed_n=max(speed_n, 2))
+    ladder, outcomes = run_ladder_file(store, ladder_file, plan, progress=not (no_progress or as_json))
     print_outcomes(store, ladder, outcomes, as_json)
-
-
-def step_spec_for(plan: LadderPlan, task: str) -> RunSpec:
-    """A task's run settings as every step gets them (before the step's name and URL), to check up front."""
-    from dataclasses import replace
-
-    return replace(plan.base, task=task, limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None)
 
 
 def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as_json: bool) -> None:
@@ -116,8 +76,10 @@ def print_outcomes(store: Store, ladder: Ladder, outcomes: list[StepOutcome], as
                                "report": report.to_dict() if report is not None else None}, indent=2))
     else:
         print_text(store, report, outcomes)
-    if any(o.error for o in outcomes):
-        raise SystemExit(1)
+    failed = [o.step for o in outcomes if o.error]
+    if failed:
+        raise RunFailed(f"{len(failed)} of {len(outcomes)} steps did not start ({', '.join(failed)}); what the "
+                        "others evaluated is stored, and the same command again runs only what is missing")
 
 
 def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
@@ -143,39 +105,8 @@ def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str
 
     Example: evalsvc demo --db /tmp/demo.db
     """
-    raw = load_ladder(embedded_ladder_path())
-    times = times_here()
-    max_tokens = DecodingSettings().max_tokens if full else DEMO_MAX_TOKENS
-    with long_step(demo_step(raw, full), times, beat=False) as demo:  # each long part beats on its own
-        store = write_store(db)
-        ensure_bubblewrap(isolation)
-        check_tasks(TASK_NAMES, isolation)  # before the engine build: a missing sandbox stops the demo in seconds
-        ladder = prepare_ladder(raw)
-        base = RunSpec(endpoint="", base_url="", model="", task="gsm8k", concurrency=1, isolation=isolation,
-                       settings=DecodingSettings(max_tokens=max_tokens))
-        limits = {task: None if full else DEMO_LIMITS[task] for task in TASK_NAMES}
-        plan = LadderPlan(tasks=TASK_NAMES, limits=limits, data=data, base=base,
-                          speed_workloads=workloads_for(TASK_NAMES), speed_n=DEMO_SPEED_N,
-                          speed_max_tokens=DEMO_SPEED_MAX_TOKENS)
-        outcomes = run_ladder(store, ladder, plan, log_dir(), progress=not (no_progress or as_json), times=times)
-        demo.failed = ", ".join(f"step {o.step} did not start" for o in outcomes if o.error)
+    done = run_demo(lambda: write_store(db), full, data, isolation, progress=not (no_progress or as_json))
     if not as_json:
-        click.echo(f"embedded ladder: {' -> '.join(s.name for s in ladder.steps)} ({demo_sizes(full)}, "
-                   f"max_tokens {max_tokens})")
-    print_outcomes(store, ladder, outcomes, as_json)
-
-
-def demo_sizes(full: bool) -> str:
-    return "full sets" if full else ", ".join(f"{n} {t}" for t, n in DEMO_LIMITS.items())
-
-
-def demo_step(ladder: Ladder, full: bool) -> LongStep:
-    """The demo as a whole, announced first: the line a new user sees within a second."""
-    return LongStep(
-        "demo --full" if full else "demo", "running the demo",
-        "no timing on this machine yet; the first run builds the engine (4 to 30 minutes on 2 cores), "
-        "then evaluating takes 5 to 25 minutes",
-        why=f"the embedded CPU ladder {' -> '.join(s.name for s in ladder.steps)}, {demo_sizes(full)} items per "
-        "step, then the comparison; results already stored are reused",
-    )
-
+        click.echo(f"embedded ladder: {' -> '.join(s.name for s in done.ladder.steps)} ({demo_sizes(full)}, "
+                   f"max_tokens {done.max_tokens})")
+    print_outcomes(done.store, done.ladder, done.outcomes, as_json)

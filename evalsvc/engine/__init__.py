@@ -1,4 +1,5 @@
 """The embedded CPU engine (llama.cpp serving SmolLM2), built and served for the demo ladder.
 
 - `embedded`: building the engine in its own virtual environment and what the ladder needs from it.
+- `demo`: the demo: that ladder built, evaluated on a few items per task, timed and compared.
 """

@@ -14,12 +14,12 @@ from typing import Sequence
 
 from db import queries
 from db.engine import Store
-from evalsvc.ladder.file import Ladder, LadderStep, resolve_ladder
+from evalsvc.ladder.file import Ladder, LadderStep, load_ladder, resolve_ladder
 from evalsvc.ladder.launch import StepLaunchError, launch_step, step_log_path
-from evalsvc.run.runner import RunSpec, config_hash, dataset_hash, run_evaluation
+from evalsvc.run.runner import RunSpec, check_limits, config_hash, dataset_hash, run_evaluation
 from evalsvc.run.speed import SpeedError, SpeedPlan, measure_speed
 from evalsvc.run.status import LongStep, StepTimes, long_step
-from harness.tasks import get_task, pick_template
+from harness.tasks import get_task, pick_template, workload_of
 from harness.types import DecodingSettings
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,30 @@ def prepare_ladder(ladder: Ladder) -> Ladder:
     return resolve_ladder(ladder, variables)
 
 
+def speed_workloads(tasks: Sequence[str]) -> tuple[str, ...]:
+    """The speed workloads a decision on these tasks needs: each task's own, plus chat."""
+    return tuple(workload_of(t) for t in tasks) + ("chat",)
+
+
+def logs_here() -> Path:
+    """Where launched steps' server logs go on this machine: `$EVALSVC_HOME/logs`."""
+    from evalsvc.engine.embedded import evalsvc_home
+
+    return evalsvc_home() / "logs"
+
+
+def times_here() -> StepTimes:
+    """How long long steps took on this machine (the file the engine setup writes too)."""
+    from evalsvc.engine.embedded import evalsvc_home, step_times
+
+    return step_times(evalsvc_home())
+
+
+def task_spec(plan: LadderPlan, task: str) -> RunSpec:
+    """A task's run as every step gets it, before the step's name and URL (to check limits up front)."""
+    return replace(plan.base, task=task, limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None)
+
+
 def step_spec(step: LadderStep, task: str, plan: LadderPlan) -> RunSpec:
     """The run for one task on one step; a completions-only step gets the task's completion template."""
     template = None
@@ -71,8 +95,8 @@ def step_spec(step: LadderStep, task: str, plan: LadderPlan) -> RunSpec:
         task_obj = get_task(task)
         template = next(t.name for t in task_obj.templates.values() if t.mode == "completions")
     return replace(
-        plan.base, endpoint=step.name, base_url=step.base_url, model=step.model, task=task, template=template,
-        limit=plan.limits.get(task), data=plan.data if task == "gsm8k" else None, metadata=dict(step.metadata),
+        task_spec(plan, task), endpoint=step.name, base_url=step.base_url, model=step.model, template=template,
+        metadata=dict(step.metadata),
         new_url=True,  # the ladder file says where each step answers (a launched step may get another port)
     )
 
@@ -107,6 +131,16 @@ def has_speed(store: Store, endpoint: str, workload: str) -> bool:
         except queries.NotFound:
             return False
         return queries.latest_speed_run(session, endpoint_id, workload) is not None
+
+
+def run_ladder_file(store: Store, path: str | Path, plan: LadderPlan,
+                    progress: bool = True) -> tuple[Ladder, list[StepOutcome]]:
+    """The ladder in the file at `path`, and each step's outcome: the tasks and item limits are checked first,
+    then the ladder is prepared (the embedded engine built when it asks for it) and every step evaluated."""
+    check_tasks(plan.tasks, plan.base.isolation)
+    check_limits([task_spec(plan, task) for task in plan.tasks])
+    ladder = prepare_ladder(load_ladder(path))
+    return ladder, run_ladder(store, ladder, plan, logs_here(), progress=progress, times=times_here())
 
 
 def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, progress: bool = True,

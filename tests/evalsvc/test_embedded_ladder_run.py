@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from evalsvc.cli.ladder import embedded_ladder_path
+from evalsvc.engine.demo import embedded_ladder_path
 from tests.conftest import GSM8K_TEST, run_cli_process
 
 STEPS = ["q4_1", "q4_1+prompt-lookup", "q4_0-pure+prompt-lookup"]

@@ -61,6 +61,8 @@ def test_failed_step_is_reported_and_the_rest_continue(tmp_path: Path, db_path: 
             in first.stderr
         assert "evalsvc: done timing step 'int4' at batch 1 in " in first.stderr
         assert "evalsvc: done starting step 'broken'" not in first.stderr
+        assert first.stderr.splitlines()[-1].startswith("error: 1 of 3 steps did not start (broken); what the "
+                                                        "others evaluated is stored")
         # status lines while evaluating count what the store holds so far
         store, bf16 = open_store(db_path), load_ladder(ladder).step("bf16")
         spec = step_spec(bf16, "gsm8k", LadderPlan(tasks=("gsm8k",), limits={"gsm8k": 30}))
