@@ -43,14 +43,12 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import httpx
-import numpy as np
 
 from harness.chat_prompts import ChatPrompt
 from harness.client import request_body, usage_reasoning_field
@@ -74,22 +72,6 @@ WARMUP_MAX_TOKENS = 16
 
 class SpeedProbeError(Exception):
     """The probe cannot be set up (bad prompt shape for the chosen mode)."""
-
-
-@dataclass(frozen=True)
-class SpeedSummary:
-    """Summary of one endpoint's speed samples for one workload."""
-
-    n: int
-    n_errors: int
-    median_ttft_s: float | None
-    median_decode_tps: float | None
-    mean_decode_tps: float | None
-    mean_decode_tps_ci: tuple[float, float] | None
-    median_output_tokens: float | None
-    token_source: str | None
-    mean_accept_length: float | None = None
-    confidence: float = 0.95
 
 
 @dataclass
@@ -412,45 +394,3 @@ async def _measure(
             on_sample(sample)
         samples.append(sample)
     return samples
-
-
-# ---------------------------------------------------------------- summary
-
-
-def bootstrap_mean_ci(
-    values: Sequence[float], n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
-) -> tuple[float, float]:
-    """Percentile bootstrap interval for the mean of `values` (seeded)."""
-    data = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(n_boot, data.size))].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
-def summarize_speed(
-    samples: Sequence[SpeedSample], n_boot: int = 2000, seed: int = 0, confidence: float = 0.95
-) -> SpeedSummary:
-    """Medians of TTFT and decode speed, mean decode speed with a bootstrap interval.
-
-    Failed samples are counted in `n_errors` and left out of every figure.
-    """
-    good = [s for s in samples if s.ok]
-    ttfts = [s.ttft_s for s in good if s.ttft_s is not None]
-    rates = [s.decode_tps for s in good if s.decode_tps is not None]
-    tokens = [s.output_tokens for s in good if s.output_tokens is not None]
-    accepts = [s.accept_length for s in good if s.accept_length is not None]
-    sources = sorted({s.token_source for s in good if s.token_source})
-    return SpeedSummary(
-        n=len(good),
-        n_errors=len(samples) - len(good),
-        median_ttft_s=statistics.median(ttfts) if ttfts else None,
-        median_decode_tps=statistics.median(rates) if rates else None,
-        mean_decode_tps=statistics.fmean(rates) if rates else None,
-        mean_decode_tps_ci=bootstrap_mean_ci(rates, n_boot, seed, confidence) if len(rates) >= 2 else None,
-        median_output_tokens=statistics.median(tokens) if tokens else None,
-        token_source="+".join(sources) if sources else None,
-        mean_accept_length=statistics.fmean(accepts) if accepts else None,
-        confidence=confidence,
-    )

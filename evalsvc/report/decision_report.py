@@ -19,6 +19,7 @@ from evalsvc.decision.workload import Choice, PairChoice, Reason, ReasonKind, Wo
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import pairing
 from evalsvc.statistics import task_time
+from evalsvc.statistics.speed import summarize_speed
 
 
 # -- the ladder report ------------------------------------------------------------------
@@ -196,9 +197,7 @@ def disagreements(store: Store, comparison: accuracy_report.Comparison) -> pd.Da
 
 
 def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
-    """Figures of one stored speed run, for the CLI and the dashboard."""
-    import numpy as np
-
+    """Figures of one stored speed run (`statistics.speed.summarize_speed`), as the CLI shows and prints them."""
     with store.session() as session:
         run = session.get(SpeedRun, speed_run_id)
         assert run is not None
@@ -208,18 +207,10 @@ def speed_summary(store: Store, speed_run_id: int) -> dict[str, Any]:
                 "max_tokens": run.max_tokens}
         if not run.measured:
             return {**base, "decode_tps": run.decode_tps_by_hand, "ttft_s": run.ttft_s_by_hand}
-        samples = [s for _, s in queries.speed_samples(session, run.id)]
-    ok = [s for s in samples if s.ok and s.decode_tps]
-    tps = np.array([s.decode_tps for s in ok], dtype=float)
-    ttft = np.array([s.ttft_s for s in ok], dtype=float)
-    tokens = np.array([s.output_tokens for s in ok if s.output_tokens is not None], dtype=float)  # unknown is not 0
-    accepts = [s.accept_length for s in ok if s.accept_length is not None]
-    reasoning = [s.reasoning_tokens for s in ok if s.reasoning_tokens is not None]
-    return {**base, "n": len(samples), "n_ok": len(ok),
-            "truncated": sum(1 for s in samples if s.ok and s.finish_reason == "length"),
-            "accept_length_mean": float(np.mean(accepts)) if accepts else None, "n_accept_length": len(accepts),
-            "reasoning_tokens_mean": float(np.mean(reasoning)) if len(reasoning) == len(ok) and ok else None,
-            "decode_tps_median": float(np.median(tps)) if len(ok) else None,
-            "decode_tps_mean": float(tps.mean()) if len(ok) else None,
-            "ttft_median_s": float(np.median(ttft)) if len(ok) else None,
-            "output_tokens_mean": float(tokens.mean()) if len(tokens) else None}
+        s = summarize_speed([sample for _, sample in queries.speed_samples(session, run.id)])
+    return {**base, "n": s.n, "n_ok": s.n_ok, "truncated": s.truncated,
+            "accept_length_mean": s.mean_accept_length, "n_accept_length": s.n_accept_length,
+            "reasoning_tokens_mean": s.mean_reasoning_tokens,
+            "decode_tps_median": s.median_decode_tps, "decode_tps_mean": s.mean_decode_tps,
+            "decode_tps_mean_ci": list(s.mean_decode_tps_ci) if s.mean_decode_tps_ci else None,
+            "ttft_median_s": s.median_ttft_s, "output_tokens_mean": s.mean_output_tokens}

@@ -5,5 +5,6 @@
   Holm, Cochran's Q and the flip rate on paired correctness.
 - `output_length`: output tokens of step B against step A on paired items.
 - `task_time`: the task-time model, mean time per task of B against A.
-- `bootstrap`: the percentile bootstrap the length and time intervals share.
+- `speed`: the summary of an endpoint's measured speed samples (medians, mean with its interval).
+- `bootstrap`: the percentile bootstrap the length, time and speed intervals share.
 """

@@ -1,4 +1,5 @@
-"""The speed probe against hostile streams: a count it cannot trust makes the sample an error, never a speed."""
+"""The speed probe against hostile streams: a count it cannot trust makes the sample an error, never a speed
+(the summary leaves errors out: tests/evalsvc/test_speed_summary.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import math
 from typing import Any
 
-from harness.speed import probe_speed, summarize_speed
+from harness.speed import probe_speed
 from harness.types import DecodingSettings
 from tests.fake_openai import Fault, FakeOpenAI, Reply
 
@@ -33,7 +34,7 @@ def faults(_: int, body: dict[str, Any]) -> Fault | None:
     return Fault("stream_disorder") if body["messages"][0]["content"] == "out of order" else None
 
 
-def test_hostile_streams_are_errors_and_the_summary_uses_only_trusted_samples() -> None:
+def test_hostile_streams_are_errors_never_speeds() -> None:
     prompts = list(SCRIPTS)
     with FakeOpenAI(reply_for, faults=faults) as server:
         samples = asyncio.run(probe_speed(server.base_url, "fake-model", prompts, decoding=DecodingSettings(max_tokens=64),
@@ -47,5 +48,3 @@ def test_hostile_streams_are_errors_and_the_summary_uses_only_trusted_samples() 
             assert not sample.ok and error in sample.error and sample.output_tokens is None, (prompt, sample.error)
     assert [by_prompt[p].output_tokens for p in ("plain", "cumulative usage", "unknown finish")] == [6, 9, 12]
     assert (by_prompt["plain"].finish_reason, by_prompt["unknown finish"].finish_reason) == ("stop", None)
-    summary = summarize_speed(samples)
-    assert (summary.n, summary.n_errors, summary.median_output_tokens) == (3, 7, 9)
