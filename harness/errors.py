@@ -13,7 +13,8 @@ from typing import ClassVar
 from harness.redact import MaskedError
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # a run failed (too many item errors, no ladder step started) or a --fail-on gate tripped
+EXIT_FAILED = 1  # a run failed (too many item errors, a ladder step did not start), a --fail-on gate tripped,
+# or doctor found something a run needs missing
 EXIT_USAGE = 2  # something given is wrong: an option, a file, a name, the store
 EXIT_UNREACHABLE = 3  # an endpoint does not answer
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); what finished is stored
@@ -24,7 +25,7 @@ RESUME_HINT = "finished items are stored, run the same command to resume"  # sai
 
 EXIT_CODES = {
     EXIT_OK: "ok",
-    EXIT_FAILED: "a run failed, or a --fail-on gate tripped",
+    EXIT_FAILED: "a run failed, a --fail-on gate tripped, or doctor found something missing",
     EXIT_USAGE: "usage error: an option, file, name or store to fix",
     EXIT_UNREACHABLE: "an endpoint is unreachable",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); finished items are stored, the same command resumes",

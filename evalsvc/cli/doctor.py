@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import ClassVar
 
 import click
 
 from evalsvc.cli.runs import DB_OPTION, JSON_OPTION
+from harness.errors import EXIT_FAILED, UserError
 
-EXIT_MISSING = 1
+
+class MissingForRuns(UserError):
+    """Doctor found something a run needs missing here (the table says how to fix each)."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 @click.command("doctor")
@@ -30,7 +36,8 @@ def doctor_command(db: str | None, as_json: bool) -> None:
                                                              for c in checks]}, indent=2))
     else:
         click.echo(render_table(checks))
-        click.echo("\n" + (f"missing for runs: {', '.join(blocked)}" if blocked else "everything a run needs is here"))
+        if not blocked:
+            click.echo("\neverything a run needs is here")
     if blocked:
-        raise SystemExit(EXIT_MISSING)
+        raise MissingForRuns(f"missing for runs: {', '.join(blocked)}; each row's fix above says how")
 

@@ -135,5 +135,6 @@ def test_without_bwrap_on_path_doctor_says_so_with_the_fix_and_exits_1(tmp_path:
     assert lines[row + 1].strip() == "fix: sudo apt-get install bubblewrap  (Fedora: sudo dnf install bubblewrap)"
     (sandbox,) = [line for line in lines if line.startswith("sandbox self-check ")]
     assert "FAILED" in sandbox and "bubblewrap" in sandbox  # the self-check a HumanEval run makes fails too
-    assert "missing for runs: " in done.stdout and "bubblewrap" in done.stdout.splitlines()[-1]
+    assert done.stderr.startswith("error: missing for runs: ") and "bubblewrap" in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "everything a run needs" not in done.stdout
     assert not (tmp_path / "s.db").exists()
