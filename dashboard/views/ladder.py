@@ -42,8 +42,7 @@ def settle_lines(d: WorkloadDecision) -> list[str]:
         return []
     lines = [r.note for r in d.reasons if r.note]
     if d.settle is not None and d.accuracy is not None:
-        settle = accuracy_report.describe_settle(d.accuracy.task, d.settle)
-        lines.insert(0, settle.removeprefix("What would settle it: "))
+        lines.insert(0, accuracy_report.describe_settle(d.accuracy.task, d.settle))
     return lines
 
 
@@ -52,7 +51,7 @@ def render_decision(d: WorkloadDecision) -> None:
     st.markdown(decision_line(d))
     st.markdown(widgets.esc(figures_line(d)))
     for line in settle_lines(d):
-        st.markdown(f"What would settle it: {widgets.esc(line)}")
+        st.markdown(f"{accuracy_report.SETTLE_HEAD}: {widgets.esc(line)}")
     with st.expander("Why, in full"):
         st.markdown(widgets.esc(decision_report.explain(d)))
     task = _evidence_task(d)

@@ -162,7 +162,7 @@ def describe_comparison(c: Comparison, p_holm: float | None = None) -> str:
         p_text += f", {_p_words('Holm-adjusted p', p_holm)} (information only)"
     sentences = [_verdict_sentence(c, p_text)]
     if c.settle is not None:
-        sentences.append(describe_settle(c.task, c.settle))
+        sentences.append(f"{SETTLE_HEAD}: {describe_settle(c.task, c.settle)}")
     sentences.append(_mde_sentence(c))
     if c.noise_floor is not None:
         sentences.append(_noise_sentence(c))
@@ -204,10 +204,13 @@ def _verdict_sentence(c: Comparison, p_text: str) -> str:
     return f"{words}: accuracy changed by {_points(c.diff)} points ({_ci_words(c)}; {p_text})."
 
 
+SETTLE_HEAD = "What would settle it"  # what each report puts before `describe_settle`'s words
+
+
 def describe_settle(task: str, s: rule.Settle) -> str:
-    """What would settle an inconclusive verdict, in words."""
+    """What would settle an inconclusive verdict, in words (a sentence; the caller puts `SETTLE_HEAD` before it)."""
     items = f"{s.n} item{'' if s.n == 1 else 's'}"
-    head = f"What would settle it: these {items} establish a margin of {_points(s.smallest_margin, signed=False)} points"
+    head = f"these {items} establish a margin of {_points(s.smallest_margin, signed=False)} points"
     if s.more_items_possible and s.items_needed is not None and s.items_needed > s.n:
         return (f"{head}; about {s.items_needed} items at the observed rates would settle it at a "
                 f"{_points(s.margin, signed=False)}-point margin (--limit {s.items_needed} reuses the stored items).")
