@@ -24,10 +24,11 @@ from harness.urls import normalize_base_url
 if TYPE_CHECKING:
     import pandas as pd
 
-ITEM_COLUMNS = [
+# The columns of an items frame (`items_frame`), the one shape statistics, reports and the dashboard read.
+ITEM_COLUMNS = (
     "run_id", "endpoint", "task", "item_id", "item_hash", "status", "correct", "extracted", "reference",
     "completion_tokens", "reasoning_tokens", "prompt_tokens", "finish_reason", "truncated", "latency_s",
-]
+)
 
 
 class NotFound(UserError, LookupError):
@@ -441,11 +442,11 @@ def items_frame(session: Session, run_id: int) -> "pd.DataFrame":
         return frames[run_id]
     import pandas as pd
 
-    return _typed_items(pd.DataFrame(columns=ITEM_COLUMNS))
+    return _typed_items(pd.DataFrame(columns=list(ITEM_COLUMNS)))
 
 
 def items_frames(
-    session: Session, run_ids: list[int], columns: Sequence[str] = tuple(ITEM_COLUMNS)
+    session: Session, run_ids: list[int], columns: Sequence[str] = ITEM_COLUMNS
 ) -> "dict[int, pd.DataFrame]":
     """`items_frame` of several runs, read in one query: run id -> frame; runs without items are left out.
 

@@ -1,17 +1,18 @@
 """Pairing two runs item by item: which items both answered, and what was left out and why.
 
 Pure functions on pandas DataFrames: no I/O, no database, no CLI. Every run is
-an "items frame" with one row per benchmark item (columns listed in
-`ITEM_COLUMNS`). Two runs are compared only on the items both answered without
-error and with identical content (same `item_hash`). The tests run on the
-pairs live in `evalsvc.statistics.paired_tests`.
+an "items frame" with one row per benchmark item (`db.queries.items_frame`,
+columns `db.queries.ITEM_COLUMNS`; pairing needs `_REQUIRED_COLUMNS`). Two runs
+are compared only on the items both answered without error and with identical
+content (same `item_hash`). The tests run on the pairs live in
+`evalsvc.statistics.paired_tests`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,6 @@ import pandas as pd
 
 from harness.errors import UserError
 
-ITEM_COLUMNS = (
-    "run_id", "endpoint", "task", "item_id", "item_hash", "status", "correct", "extracted", "reference",
-    "completion_tokens", "reasoning_tokens", "prompt_tokens", "finish_reason", "latency_s",
-)
 _REQUIRED_COLUMNS = ("item_id", "item_hash", "status", "correct")
 
 
@@ -296,29 +293,23 @@ def _side_by_side(a_rows: pd.DataFrame, b_rows: pd.DataFrame) -> pd.DataFrame:
 
 def align_steps(items_frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Correctness of the items every run answered without error, with the
-    same content in all runs: index item_id (sorted), one boolean column per run."""
+    same content in all runs: index item_id (sorted), one boolean column per run.
+
+    The pairing rule is `match_arrays`'s: the first run is paired with every run
+    (itself too, which drops its own errors) and an item stays when every pairing keeps it.
+    """
     if not items_frames:
         raise ValueError("no runs to align")
-    answered = []
-    for position, frame in enumerate(items_frames):
-        run = RunArrays.of(frame, str(position))
-        correct = np.asarray(frame["correct"].to_numpy()[run.ok], dtype=bool)
-        answered.append((run.ids[run.ok], run.hashes[run.ok], correct))
-    common = answered[0][0]
-    for ids, _, _ in answered[1:]:
-        common = np.intersect1d(common, ids, assume_unique=True)
-    common = np.sort(common)
-    same = np.ones(len(common), dtype=bool)
-    columns = []
-    first_hash = None
-    for ids, hashes, correct in answered:
-        _, _, at = np.intersect1d(common, ids, assume_unique=True, return_indices=True)
-        first_hash = hashes[at] if first_hash is None else first_hash
-        same &= _same(first_hash, hashes[at])
-        columns.append(correct[at])
-    aligned = pd.DataFrame({position: column[same] for position, column in enumerate(columns)},
-                           index=pd.Index(common[same], name="item_id"))
-    return aligned
+    runs = [RunArrays.of(frame, str(position)) for position, frame in enumerate(items_frames)]
+    matches = [match_arrays(runs[0], run)[:2] for run in runs]
+    kept = reduce(np.intersect1d, [at_first for at_first, _ in matches])  # row positions in the first run
+    kept = kept[np.argsort(runs[0].ids[kept], kind="stable")]  # in item-id order
+    columns = {}
+    for position, (frame, (at_first, at_run)) in enumerate(zip(items_frames, matches)):
+        order = np.argsort(at_first)
+        rows = at_run[order][np.searchsorted(at_first[order], kept)]
+        columns[position] = np.asarray(frame["correct"].to_numpy()[rows], dtype=bool)
+    return pd.DataFrame(columns, index=pd.Index(runs[0].ids[kept], name="item_id"))
 
 
 # --- disagreements -----------------------------------------------------------

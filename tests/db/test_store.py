@@ -226,7 +226,7 @@ def test_items_of_several_runs_in_one_read_match_one_run_at_a_time(store: Store)
         pd.testing.assert_frame_equal(frame, singles[run_id])
         assert list(narrow[run_id].columns) == ["run_id", "item_id", "status", "completion_tokens"]
         pd.testing.assert_frame_equal(narrow[run_id], singles[run_id][list(narrow[run_id].columns)])
-    assert singles[runs[1]].empty and list(singles[runs[1]].columns) == queries.ITEM_COLUMNS
+    assert singles[runs[1]].empty and tuple(singles[runs[1]].columns) == queries.ITEM_COLUMNS
 
 
 def test_one_batch_stores_new_items_replaces_error_rows_and_keeps_ok_rows(store: Store) -> None:
