@@ -70,6 +70,7 @@ class Fault:
     """kind: status | drop | malformed | truncated | short_length | empty_choices | several_choices | no_message |
     delay | stall | huge | bad_utf8 | no_usage | stream_disorder (streams: the finish chunk goes out before the text).
 
+    `trickle` sends the reply's body in ten pieces `delay_s` apart: each read is quick, the whole one slow.
     `stall` sends nothing until the client hangs up (at most `STALL_CAP_S`), so only the client's own timeout ends
     the request, however busy the machine; the server then records the request's index in `hung_up`.
 
@@ -369,8 +370,21 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     server.sglang.served(_count(reply), reply.spec_verify_ct, bool(body.get("stream")))
             if body.get("stream"):
                 self._stream(mode, body, reply, index, fault)
+            elif fault is not None and fault.kind == "trickle":
+                self._trickle(json.dumps(payload).encode(), fault.delay_s)
             else:
                 self._json(200, payload)
+
+        def _trickle(self, data: bytes, gap_s: float) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            piece = -(-len(data) // 10)
+            for start in range(0, len(data), piece):
+                self.wfile.write(data[start:start + piece])
+                self.wfile.flush()
+                time.sleep(gap_s)
 
         def _stall(self, index: int) -> None:
             """Hold the request unanswered until the client closes the connection."""

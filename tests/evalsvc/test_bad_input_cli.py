@@ -4,9 +4,7 @@ and a store left exactly as it was (the SQLite file hashed before and after)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -14,6 +12,7 @@ import pytest
 
 from harness.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE
 from tests.conftest import GSM8K_TEST, run_cli
+from tests.evalsvc.ladder_yaml import crashing_step
 from tests.fake_openai import FakeOpenAI, gsm8k_oracle
 
 
@@ -51,17 +50,7 @@ def write(path: Path, text: str) -> str:
 
 
 def no_step_starts(path: Path) -> str:
-    crash = [sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"]
-    steps = "".join(f"""
-  - name: {name}
-    base_url: http://127.0.0.1:9/v1
-    model: fake-model
-    launch:
-      command: {json.dumps(crash)}
-      health_url: http://127.0.0.1:9/v1/models
-      startup_timeout_s: 20
-""" for name in ("bf16", "int4"))
-    return write(path, f"name: dead\nsteps:{steps}")
+    return write(path, f"name: dead\nsteps:{crashing_step('bf16')}{crashing_step('int4')}")
 
 
 RUN = ["run", "--endpoint", "step3", "--model", "fake-model", "--no-progress"]

@@ -4,7 +4,6 @@ rest continue; steps already evaluated with the same config are not redone."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,26 +13,18 @@ from evalsvc.ladder.file import load_ladder
 from evalsvc.ladder.run import LadderPlan, evaluation_step, step_spec
 from evalsvc.run.status import heartbeat
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
+from tests.evalsvc.ladder_yaml import crashing_step
 from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
 
 def write_ladder(path: Path, good_a: str, good_b: str) -> Path:
-    crash = [sys.executable, "-c", "import sys; print('loading weights'); print('CUDA out of memory'); sys.exit(3)"]
     path.write_text(f"""
 name: test-ladder
 steps:
   - name: bf16
     base_url: {good_a}
     model: fake-model
-    metadata: {{quantization: bf16}}
-  - name: broken
-    base_url: http://127.0.0.1:9/v1
-    model: fake-model
-    launch:
-      command: {json.dumps(crash)}
-      health_url: http://127.0.0.1:9/v1/models
-      startup_timeout_s: 20
-  - name: int4
+    metadata: {{quantization: bf16}}{crashing_step("broken")}  - name: int4
     base_url: {good_b}
     model: fake-model
     metadata: {{quantization: int4}}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -93,40 +92,17 @@ def test_huge_body_is_an_error_not_a_crash() -> None:
 
 
 def test_timeout_bounds_the_whole_request_not_each_read() -> None:
-    """A server that trickles its body a few bytes at a time never trips a per-read timeout; the request still ends."""
-
-    class Trickle(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            data = b'{"choices": [{"text": "' + b"x" * 40 + b'", "finish_reason": "stop"}]}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            for start in range(0, len(data), 4):
-                self.wfile.write(data[start:start + 4])
-                self.wfile.flush()
-                time.sleep(0.15)
-
-        def log_message(self, *a: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-
-    async def go(timeout_s: float) -> Completion:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    """A server that trickles its body never trips a per-read timeout; the request still ends."""
+    async def go(url: str, timeout_s: float) -> Completion:
         retry = RetryPolicy(max_attempts=2, base_delay_s=0.01)
-        async with EndpointClient(url, "m", timeout_s=timeout_s, retry=retry) as client:
+        async with EndpointClient(url, "fake-model", timeout_s=timeout_s, retry=retry) as client:
             return await client.complete(Request(mode="completion", prompt="2+2="), DecodingSettings())
 
-    try:
-        cut = asyncio.run(go(0.5))
-        whole = asyncio.run(go(30.0))  # the same trickle, given time, is a normal answer
-    finally:
-        server.shutdown()
+    # Ten pieces 0.1 s apart: each read comes within 0.1 s, so only a limit on the whole attempt cuts it at 0.5 s.
+    with FakeOpenAI(lambda body: Reply(text="x" * 40), faults=lambda i, b: Fault("trickle", delay_s=0.1)) as server:
+        cut = asyncio.run(go(server.base_url, 0.5))
+        whole = asyncio.run(go(server.base_url, 30.0))  # the same trickle, given time, is a normal answer
     assert cut.error is not None and "no complete response within 0.5 s" in cut.error and cut.attempts == 2
-    # Each read comes within 0.15 s, so only a limit on the whole attempt can cut it at 0.5 s.
     assert whole.error is None and whole.text == "x" * 40
 
 
