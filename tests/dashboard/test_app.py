@@ -429,6 +429,7 @@ def wait_for_jobs(db: str, timeout_s: float = 90.0) -> list[background.Job]:
     raise AssertionError(f"background job did not finish in {timeout_s} s: {background.list_jobs(db)}")
 
 
+@pytest.mark.slow
 def test_evaluate_form_runs_through_the_cli_in_the_background(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_server: FakeOpenAI
 ) -> None:
@@ -514,6 +515,7 @@ def test_max_tokens_and_template_reach_the_command() -> None:
     assert argv[argv.index("--template") + 1] == "fewshot-completion@v1"
 
 
+@pytest.mark.slow
 def test_measure_speed_from_the_form_probes_the_stored_endpoint(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_server: FakeOpenAI
 ) -> None:
@@ -542,6 +544,7 @@ def test_measure_speed_from_the_form_probes_the_stored_endpoint(
     assert speed.measured and len(speed.decode_tps) == 3
 
 
+@pytest.mark.slow
 def test_a_failed_job_shows_its_error_line_above_the_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     db = str(tmp_path / "fail.db")
     store = open_store(db)
@@ -559,6 +562,7 @@ def test_a_failed_job_shows_its_error_line_above_the_log(monkeypatch: pytest.Mon
     assert errors[0] in background.log_tail(jobs[0]) and not errors[0].startswith("error:")
 
 
+@pytest.mark.slow
 def test_a_vendor_speed_from_the_form_is_stored_with_its_source(monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
     db = str(tmp_path / "speed.db")

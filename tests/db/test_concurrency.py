@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import GSM8K_TEST, ROOT, wrong_when
 from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
@@ -57,6 +59,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+@pytest.mark.slow
 def test_concurrent_runs_and_a_reader_share_one_sqlite_file(tmp_path: Path) -> None:
     db, stop, ready = str(tmp_path / "shared.db"), tmp_path / "stop", tmp_path / "ready"
     reader = subprocess.Popen([sys.executable, "-c", READER, db, str(stop), str(ready)], env=_env(), cwd=ROOT,

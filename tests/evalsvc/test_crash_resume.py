@@ -74,6 +74,7 @@ def kill_points(rng: random.Random) -> list[tuple[int, float]]:
     return [(0, rng.uniform(0.05, 1.5))] + [(t, rng.uniform(0.0, 0.05)) for t in targets]
 
 
+@pytest.mark.slow
 def test_repeated_kill_9_then_resume_stores_each_item_exactly_once(db_path: str) -> None:
     rng = random.Random(SEED)
     seen: list[int] = []

@@ -49,9 +49,10 @@ def random_tables(count: int, seed: int) -> list[tuple[paired_tests.Table2x2, fl
     return out
 
 
-def test_verdict_never_contradicts_the_interval_over_1500_random_tables() -> None:
+@pytest.mark.parametrize("count", [300, pytest.param(1500, marks=pytest.mark.slow)])
+def test_verdict_never_contradicts_the_interval_over_random_tables(count: int) -> None:
     checked = 0
-    for table, margin in random_tables(1500, seed=14):
+    for table, margin in random_tables(count, seed=14):
         if table.n == 0:
             continue
         c = accuracy_report.summarize_pairing(_pairing(table), margin)
@@ -64,7 +65,7 @@ def test_verdict_never_contradicts_the_interval_over_1500_random_tables() -> Non
         if "No change beyond the margin" in words or "no worse than A by more than" in words:
             assert c.diff_ci_low <= 0 <= c.diff_ci_high and c.diff_ci_low > -margin
         checked += 1
-    assert checked >= 1000
+    assert checked >= count * 2 // 3
 
 
 def test_verdict_is_monotone_in_the_difference_at_fixed_n() -> None:

@@ -73,6 +73,7 @@ def test_a_live_run_keeps_beating(monkeypatch: pytest.MonkeyPatch, db_path: str)
     assert len(seen) >= 5, f"the heartbeat moved only {len(seen)} times in a run of about 1.2 s"
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_kill_9_reads_stalled_and_resumes(monkeypatch: pytest.MonkeyPatch, db_path: str) -> None:
     args = ["run", "--endpoint", "victim", "--model", "fake-model", "--data", GSM8K_TEST, "--db", db_path,
             "--no-progress", "--limit", "40", "--concurrency", "2"]

@@ -27,6 +27,7 @@ def run_args(server: FakeOpenAI, db: str, *extra: str) -> list[str]:
             "--data", GSM8K_TEST, "--db", db, "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_run_stores_400_items_with_tokens_and_right_accuracy(oracle_server: FakeOpenAI, db_path: str) -> None:
     result = run_cli(*run_args(oracle_server, db_path), "--json")
     assert result.exit_code == 0, result.output
@@ -139,6 +140,7 @@ def test_bad_input_is_one_line_error(oracle_server: FakeOpenAI, db_path: str, ch
     assert not Path(db_path).exists()  # a run that never started leaves no store behind
 
 
+@pytest.mark.slow
 def test_kill_mid_run_then_rerun_finishes_with_exactly_400(db_path: str) -> None:
     with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.02) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -161,6 +163,7 @@ def test_kill_mid_run_then_rerun_finishes_with_exactly_400(db_path: str) -> None
         assert conn.execute("select count(*) from runs").fetchone()[0] == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_keeps_finished_items(db_path: str) -> None:
     with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.02) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -479,6 +479,7 @@ def test_noise_floor_flags_up_to_the_binomial_quantile() -> None:
     assert not paired_tests.within_noise_floor(1, n, 0.0)
 
 
+@pytest.mark.slow
 def test_stats_module_does_not_import_the_cli_or_database() -> None:
     import subprocess
     import sys

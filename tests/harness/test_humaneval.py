@@ -57,6 +57,7 @@ def test_canonical_solutions_all_pass(samples: list, isolation: str) -> None:
     assert {r.isolation for r in results} == {isolation}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("body", ["    pass\n", ""], ids=["pass", "prompt-only"])
 def test_every_problem_fails_against_an_empty_body(samples: list, body: str, isolation: str) -> None:

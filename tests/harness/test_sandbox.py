@@ -27,7 +27,8 @@ TEST = textwrap.dedent(
 )
 CORRECT = "def inc(x):\n    return x + 1\n"
 FAST = Limits(timeout_s=1.0, memory_mb=256)
-ISOLATIONS = [pytest.param("bwrap", marks=needs_bwrap), "process"]
+# 'process' starts an interpreter per program: slow on two cores (as in test_humaneval.py).
+ISOLATIONS = [pytest.param("bwrap", marks=needs_bwrap), pytest.param("process", marks=pytest.mark.slow)]
 
 
 def program(solution: str) -> Program:

@@ -28,7 +28,8 @@ from harness.sandbox import ExecResult, Limits, Program, close_workers, run_many
 from harness.sandbox_layout import TMP_MB
 from tests.conftest import needs_bwrap
 
-ISOLATIONS = [pytest.param("bwrap", marks=needs_bwrap), "process"]
+# 'process' starts an interpreter per program: slow on two cores (as in test_humaneval.py).
+ISOLATIONS = [pytest.param("bwrap", marks=needs_bwrap), pytest.param("process", marks=pytest.mark.slow)]
 TEST = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(41) == 42\n"
 LIMITS = Limits(timeout_s=5.0, memory_mb=512)
 
@@ -311,6 +312,7 @@ def test_forged_and_malformed_reply_frames_never_pass_and_stay_bounded(isolation
     assert "more members than the codec allows" in outcome["hash-flooding set"].message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_checker_cpu_and_memory_are_limited(isolation: str) -> None:
     """A check that spins or allocates without end (as decoding a crafted reply could) hits the checker's own limits."""

@@ -267,6 +267,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_datasets_source_loads_sharegpt_folder_and_falls_back_offline(tmp_path: Path) -> None:
     folder = tmp_path / "sharegpt"
     folder.mkdir()
