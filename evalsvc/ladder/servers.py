@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from evalsvc.home import evalsvc_home
 from evalsvc.ladder import watchdog
 from evalsvc.ladder.watchdog import LAUNCH_ENV
 
@@ -80,8 +81,6 @@ class LaunchRecord:
 
 def registry_dir() -> Path:
     """`$EVALSVC_HOME/launched`: one JSON file per launched server that has not been stopped yet."""
-    from evalsvc.engine.embedded import evalsvc_home  # embedded imports the ladder module, which imports this one
-
     return evalsvc_home() / REGISTRY_DIR
 
 

@@ -21,13 +21,12 @@ import pytest
 from evalsvc.engine import embedded
 from evalsvc.engine.embedded import (
     DEEP_QUANT,
-    MODEL_ALIAS,
     SERVER_MODULE_SOURCE,
     EngineInfo,
     EngineSetupError,
     ensure_engine,
-    evalsvc_home,
 )
+from evalsvc.home import evalsvc_home
 from evalsvc.ladder.file import load_ladder, resolve_ladder
 from evalsvc.ladder.launch import launch_step
 from evalsvc.run.status import INTERVAL_ENV
@@ -185,9 +184,9 @@ def engine() -> EngineInfo:
     return ensure_engine()
 
 
-def chat(base_url: str, question: str, max_tokens: int = 64) -> dict:
+def chat(base_url: str, model: str, question: str, max_tokens: int = 64) -> dict:
     body = {
-        "model": MODEL_ALIAS,
+        "model": model,
         "messages": [{"role": "user", "content": question}],
         "temperature": 0.0,
         "max_tokens": max_tokens,
@@ -219,9 +218,9 @@ def test_embedded_step_answers_and_is_repeatable(engine: EngineInfo, step_name: 
     ladder = resolve_ladder(load_ladder(LADDER), engine.placeholders())
     step = ladder.step(step_name)
     with launch_step(step, tmp_path / "logs") as launched:
-        first = chat(launched.base_url, "What is 12 plus 30? Reply with just the number.")
-        other = chat(launched.base_url, "Name three colours of the rainbow.")
-        second = chat(launched.base_url, "What is 12 plus 30? Reply with just the number.")
+        first = chat(launched.base_url, step.model, "What is 12 plus 30? Reply with just the number.")
+        other = chat(launched.base_url, step.model, "Name three colours of the rainbow.")
+        second = chat(launched.base_url, step.model, "What is 12 plus 30? Reply with just the number.")
         pid = launched.pid
     text = first["choices"][0]["message"]["content"]
     assert text.strip(), "the model gave an empty reply"
