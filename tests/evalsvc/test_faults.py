@@ -18,9 +18,13 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
+import pytest
+
 from harness.client import RetryPolicy
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
 from tests.fake_openai import Fault, FakeOpenAI, gsm8k_answers, gsm8k_oracle, question_of
+
+pytestmark = pytest.mark.usefixtures("quick_backoff")  # retried items wait less; the same attempts
 
 LIMIT = 60
 TIMEOUT_S = 120.0  # whole-request limit for runs whose faults do not include a stall: no busy machine trips it

@@ -17,6 +17,8 @@ from harness.client import MAX_BODY_BYTES
 from tests.conftest import run_cli
 from tests.fake_openai import Fault, FakeOpenAI, Reply
 
+pytestmark = pytest.mark.usefixtures("quick_backoff")  # retried items wait less; the same attempts
+
 SQL_NAME = "step'); DROP TABLE runs; --"
 SQL_QUESTION = "How many? '; DELETE FROM items WHERE '1'='1'; -- \" OR 1=1 /* %s :x */"
 

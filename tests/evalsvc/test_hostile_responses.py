@@ -27,6 +27,8 @@ from tests.conftest import run_cli
 from tests.db.conftest import store, store_url  # noqa: F401 - fixtures: every case on SQLite and PostgreSQL
 from tests.fake_openai import MISSING, Fault, FakeOpenAI, Reply
 
+pytestmark = pytest.mark.usefixtures("quick_backoff")  # retried items wait less; the same attempts
+
 MAX_TOKENS = 256
 ANSWER = "The answer is 7."
 # Valid counts, and what the statistics must see: nothing else.

@@ -43,6 +43,7 @@ def respond(body: dict[str, Any]) -> Reply:
     return Reply(text=f"Here is the function:\n```python\n{code}```\nIt works.", completion_tokens=len(code) // 4)
 
 
+@pytest.mark.slow  # sandbox-heavy: every program in its own sandboxed run
 def test_humaneval_run_executes_every_problem(db_path: str) -> None:
     with FakeOpenAI(respond) as server:
         result = run_cli("run", "--endpoint", "step4", "--url", server.base_url, "--model", "fake-model",

@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import GSM8K_TEST, ROOT, run_cli, run_cli_process, wrong_when
 from tests.fake_openai import Fault, FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
+pytestmark = pytest.mark.usefixtures("quick_backoff")  # retried items wait less; the same attempts
+
 
 def expected_correct(limit: int) -> int:
     questions = list(gsm8k_answers())[:limit]

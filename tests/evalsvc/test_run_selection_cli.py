@@ -8,8 +8,12 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import GSM8K_TEST, run_cli
 from tests.fake_openai import Fault, FakeOpenAI, gsm8k_oracle
+
+pytestmark = pytest.mark.usefixtures("quick_backoff")  # retried items wait less; the same attempts
 
 
 def run(server: FakeOpenAI, db: str, name: str, limit: int, *extra: str):  # type: ignore[no-untyped-def]

@@ -128,6 +128,7 @@ CHEATS = {
 }
 
 
+@pytest.mark.slow  # sandbox-heavy: every program in its own sandboxed run
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_cheats_never_pass(isolation: str) -> None:
     names = list(CHEATS)
