@@ -17,7 +17,7 @@ from db import queries
 from db.engine import open_store
 from evalsvc.run.runner import RunSpec, run_evaluation
 from tests.conftest import GSM8K_TEST, ROOT, run_cli, wrong_when
-from tests.fake_openai import FakeOpenAI, gsm8k_oracle
+from tests.fake_openai import FakeOpenAI, Reply, gsm8k_oracle
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -44,33 +44,49 @@ def beats(db: str) -> list[str]:
         return [row[0] for row in conn.execute("select heartbeat_at from runs")]
 
 
+BEATS = 5
+
+
 def test_a_live_run_keeps_beating(monkeypatch: pytest.MonkeyPatch, db_path: str) -> None:
     monkeypatch.setattr(queries, "HEARTBEAT_S", 0.1)
     seen: set[str] = set()
+    moved = threading.Condition()
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             try:
-                seen.update(b for b in beats(db_path) if b)
+                new = {b for b in beats(db_path) if b} - seen
             except sqlite3.OperationalError:  # tables not made yet
-                pass
-            time.sleep(0.05)
+                new = set()
+            with moved:
+                seen.update(new)
+                moved.notify_all()
+            time.sleep(0.02)
+
+    oracle = gsm8k_oracle(wrong_when)
+
+    def respond(body: dict) -> Reply:
+        # The first answers wait for the store to show one more beat each: the run cannot end before it beat
+        # BEATS times, however fast or slow the machine; a heartbeat that never moves leaves the wait to time out.
+        with moved:
+            moved.wait_for(lambda: len(seen) >= BEATS, timeout=60)
+        return oracle(body)
 
     watcher = threading.Thread(target=watch)
-    with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.1) as server:
+    with FakeOpenAI(respond) as server:
         store = open_store(db_path)
         watcher.start()
         try:
             spec = RunSpec(endpoint="alive", base_url=server.base_url, model="fake-model", task="gsm8k",
-                           data=GSM8K_TEST, limit=24, concurrency=2)
+                           data=GSM8K_TEST, limit=4, concurrency=2)
             outcome = run_evaluation(store, spec, progress=False)
         finally:
             done.set()
             watcher.join()
             store.dispose()
     assert outcome.summary.status == "complete"
-    assert len(seen) >= 5, f"the heartbeat moved only {len(seen)} times in a run of about 1.2 s"
+    assert len(seen) >= BEATS, f"the heartbeat moved only {len(seen)} times while the run waited for it"
 
 
 @pytest.mark.slow
