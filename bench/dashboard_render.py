@@ -42,10 +42,11 @@ sys.path.insert(0, str(ROOT))
 
 from db.engine import open_store  # noqa: E402
 from evalsvc.cli.dashboard import streamlit_argv  # noqa: E402
+from evalsvc.machine.doctor import chromium_path  # noqa: E402
 from tests.dashboard import seed  # noqa: E402
 
 TARGET_S = 2.0
-CHROMIUM = os.environ.get("EVALSVC_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = chromium_path()
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",

@@ -11,8 +11,8 @@ import streamlit as st
 from dashboard import analysis, background, data, widgets
 from db.engine import StoreError
 from harness.tasks import TASK_NAMES
+from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
 
-GSM8K_DATA_ENV = "EVALSVC_GSM8K_DATA"
 REFRESH_S = 2.0
 
 

@@ -102,8 +102,9 @@ def main() -> None:
     with st.expander("The 2x2 counts of every comparison"):
         widgets.table(table[list(COUNT_COLUMNS)])
     st.caption(f"Baseline: {report.baseline}. {rule.RULE_TEXT} p Holm adjusts all {len(report.entries)} exact "
-               "McNemar p-values together. B-A, CI and MDE in accuracy points; MDE at 80% power. The margin m "
-               "is how many points worse B may be and still count as no worse; set it per task in the sidebar.")
+               f"McNemar p-values together. B-A, CI and MDE in accuracy points; MDE at {rule.POWER:.0%} power. "
+               "The margin m is how many points worse B may be and still count as no worse; set it per task in the "
+               "sidebar.")
     if found.picked.aside:
         st.caption("Runs set aside: " + "; ".join(f"{a.step} {a.task} run {a.run_id} ({a.reason.value})"
                                                    for a in found.picked.aside))

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from db.engine import DB_ENV, StoreError, open_store, to_url
+from db.engine import DB_ENV, DEFAULT_DB_SHOWN, StoreError, open_store, to_url
 from evalsvc.cli.runs import secret_url
 from harness.redact import mask_url
 
@@ -55,7 +55,7 @@ def is_loopback(address: str) -> bool:
 
 @click.command("dashboard")
 @click.option("--db", envvar=DB_ENV, callback=secret_url,
-              help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db).")
+              help=f"SQLAlchemy URL or SQLite path (default: ${DB_ENV} or {DEFAULT_DB_SHOWN}).")
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback exposes the page, which has no login.")

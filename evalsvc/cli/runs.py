@@ -10,12 +10,13 @@ import click
 from click.core import ParameterSource
 
 from db import queries
-from db.engine import Store, open_store, store_location
+from db.engine import DB_ENV, DEFAULT_DB_SHOWN, Store, open_store, store_location
 from evalsvc.report.token_counts import token_warning
 from evalsvc.run.runner import RunFailed, RunOutcome, RunSpec, check_limits, run_evaluation
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
 from harness.tasks import TASK_NAMES
+from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
 from harness.types import DecodingSettings
 
 TYPED_SECRET_WARNING = ("warning: {what} given with {option} can be read by every local user in the process list; "
@@ -46,13 +47,13 @@ def warn_if_typed(ctx: click.Context, param: click.Parameter, what: str, instead
 
 
 DB_OPTION = click.option(
-    "--db", envvar="EVALSVC_DB", callback=secret_url,
-    help="SQLAlchemy URL or SQLite path (default: $EVALSVC_DB or ~/.local/share/evalsvc/evalsvc.db). "
-         "A URL with a password is better given as $EVALSVC_DB: a command line is visible to every local user.",
+    "--db", envvar=DB_ENV, callback=secret_url,
+    help=f"SQLAlchemy URL or SQLite path (default: ${DB_ENV} or {DEFAULT_DB_SHOWN}). "
+         f"A URL with a password is better given as ${DB_ENV}: a command line is visible to every local user.",
 )
 API_KEY_OPTION = click.option(
     "--api-key", envvar=API_KEY_ENV, callback=secret_value,
-    help="Bearer token, if the endpoint needs one. Better given as $EVALSVC_API_KEY: a command line is visible "
+    help=f"Bearer token, if the endpoint needs one. Better given as ${API_KEY_ENV}: a command line is visible "
          "to every local user.",
 )
 SHOWN_REASONS = 5  # why token counts are unknown: the most frequent reasons `show` lists
@@ -118,7 +119,7 @@ def task_list(task: str) -> list[str]:
 @click.option("--task", default="gsm8k", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
 @click.option("--limit", type=click.IntRange(min=1), help="First N items (default: 400 GSM8K, 164 HumanEval).")
 @click.option("--data", type=click.Path(), help="GSM8K file or folder (JSONL, .jsonl.gz or parquet), or 'hub' for openai/gsm8k through `datasets` "
-              "(default: $EVALSVC_GSM8K_DATA, else the copy shipped with evalsvc).")
+              f"(default: ${GSM8K_DATA_ENV}, else the copy shipped with evalsvc).")
 @click.option("--template", help="Prompt template name (default: the task's chat template).")
 @click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1),
               help=MAX_TOKENS_HELP)

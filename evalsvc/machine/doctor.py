@@ -137,9 +137,14 @@ def check_store(db: str | None) -> Check:
     return Check("store", True, "ok", f"{state.location}: {revisions}", needed)
 
 
+def chromium_path() -> str:
+    """The Chromium the browser tests and the render bench drive: $EVALSVC_CHROMIUM, else /usr/bin/chromium."""
+    return os.environ.get(CHROMIUM_ENV, DEFAULT_CHROMIUM)
+
+
 def check_chromium() -> Check:
     """Chromium and Playwright, for the dashboard's browser tests only."""
-    path = os.environ.get(CHROMIUM_ENV, DEFAULT_CHROMIUM)
+    path = chromium_path()
     needed = "browser tests"
     if not (Path(path).is_file() and os.access(path, os.X_OK)):
         return Check("Chromium", False, "absent", f"no Chromium at {path} (${CHROMIUM_ENV} to use another)", needed,

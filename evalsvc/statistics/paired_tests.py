@@ -210,7 +210,7 @@ def _square_and_add(first: float, second: float, phi: float) -> float:
 # --- detectable difference ---------------------------------------
 
 
-def mde(n: int, discordant_rate: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def mde(n: int, discordant_rate: float, alpha: float, power: float) -> float:
     """Smallest paired difference |p_B - p_A| a two-sided McNemar test at
     `alpha` detects with `power`, given `n` pairs and discordant rate psi.
 
@@ -218,7 +218,8 @@ def mde(n: int, discordant_rate: float, alpha: float = 0.05, power: float = 0.8)
     z_a = z(1 - alpha/2), z_b = z(power). Solving that quadratic in d:
     d = sqrt(psi) (z_a sqrt(n) + z_b sqrt(n - z_a^2 + z_b^2)) / (n + z_b^2).
     A result above psi means no difference is detectable: a change cannot
-    exceed the share of items on which the runs disagree.
+    exceed the share of items on which the runs disagree. The verdicts use
+    `evalsvc.decision.rule.POWER` and its confidence (no default here: one home).
     """
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")

@@ -21,14 +21,15 @@ import httpx
 import pytest
 
 from evalsvc.cli.dashboard import streamlit_argv
+from evalsvc.machine.doctor import CHROMIUM_ENV, chromium_path
 from tests.conftest import needs_tool
 from tests.dashboard import seed
 
 pytest.importorskip("playwright.sync_api", reason="playwright is needed for the browser tests (pip install playwright)")
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
-CHROMIUM = os.environ.get("EVALSVC_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_INSTALL = "apt-get install chromium, or set EVALSVC_CHROMIUM"
+CHROMIUM = chromium_path()
+CHROMIUM_INSTALL = f"apt-get install chromium, or set {CHROMIUM_ENV}"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "dashboard"
 CHROMIUM_ARGS = [

@@ -228,25 +228,30 @@ def connor_n(delta: float, psi: float, alpha: float = 0.05, power: float = 0.8) 
     return (z_a * math.sqrt(psi) + z_b * math.sqrt(psi - delta**2)) ** 2 / delta**2
 
 
+def mde_80(n: int, psi: float) -> float:
+    """The MDE at the verdicts' 5% two-sided level and 80% power (Connor's worked setting)."""
+    return paired_tests.mde(n, psi, 0.05, 0.8)
+
+
 def test_mde_hand_computed_value() -> None:
     # n = 400, psi = 0.10, z_a = 1.959964, z_b = 0.841621:
     # sqrt(0.1) * (1.959964 * 20 + 0.841621 * sqrt(400 - 3.841459 + 0.708326)) / (400 + 0.708326)
     # = 0.316228 * (39.199280 + 16.766367) / 400.708326 = 0.044167
-    assert paired_tests.mde(400, 0.10) == pytest.approx(0.044167, abs=2e-6)
+    assert mde_80(400, 0.10) == pytest.approx(0.044167, abs=2e-6)
 
 
 @pytest.mark.parametrize(("n", "psi"), [(100, 0.3), (400, 0.1), (1319, 0.06), (164, 0.2)])
 def test_mde_solves_connor_formula(n: int, psi: float) -> None:
-    assert connor_n(paired_tests.mde(n, psi), psi) == pytest.approx(n, rel=1e-9)
+    assert connor_n(mde_80(n, psi), psi) == pytest.approx(n, rel=1e-9)
 
 
 def test_mde_shrinks_with_more_items() -> None:
-    assert paired_tests.mde(1600, 0.1) < paired_tests.mde(400, 0.1) < paired_tests.mde(100, 0.1)
+    assert mde_80(1600, 0.1) < mde_80(400, 0.1) < mde_80(100, 0.1)
 
 
 def test_mde_has_about_eighty_percent_power_by_simulation() -> None:
     n, psi = 400, 0.15
-    delta = paired_tests.mde(n, psi)
+    delta = mde_80(n, psi)
     rng = np.random.default_rng(14)
     discordant = rng.binomial(n, psi, size=4000)
     b_only = rng.binomial(discordant, (psi + delta) / (2 * psi))
@@ -259,7 +264,7 @@ def test_mde_has_about_eighty_percent_power_by_simulation() -> None:
 @pytest.mark.parametrize(("n", "psi"), [(0, 0.1), (100, 0.0), (100, 1.5)])
 def test_mde_rejects_impossible_inputs(n: int, psi: float) -> None:
     with pytest.raises(ValueError):
-        paired_tests.mde(n, psi)
+        mde_80(n, psi)
 
 
 # --- ladders -----------------------------------------------------------------------
