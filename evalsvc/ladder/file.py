@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from db.engine import DB_ENV
+from evalsvc.home import HOME_ENV
 from harness.client import API_KEY_ENV
 from harness.errors import UserError
 from harness.redact import MIN_SECRET_LEN, is_secret_name, known_secrets, url_secrets
@@ -329,7 +330,7 @@ def _fill(text: str, variables: Mapping[str, str], source: str, step: str, key: 
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in variables:
-            hint = " (run the embedded engine setup first)" if name in _engine_names() else " (set it in the environment)"
+            hint = " (run the embedded engine setup first)" if name in ENGINE_PLACEHOLDERS else " (set it in the environment)"
             raise LadderError(source, f"'{key}' uses ${{{name}}}, which is not defined{hint}", step=step, key=key)
         return str(variables[name])
 
@@ -353,11 +354,9 @@ def _check_command_secrets(
                           step=step, key="launch.command")
 
 
-def _engine_names() -> tuple[str, ...]:
-    """The names the embedded engine provides (only for a better hint; the values come from the engine)."""
-    from evalsvc.engine.embedded import ENGINE_PLACEHOLDERS  # the engine module imports the ladder package
-
-    return ENGINE_PLACEHOLDERS
+# The `${NAME}`s the embedded engine provides; `evalsvc.engine.embedded.EngineInfo.placeholders`
+# gives their values, in this order. Named here to give a better hint when one is missing.
+ENGINE_PLACEHOLDERS = (HOME_ENV, "ENGINE_PYTHON", "SMOLLM2_GGUF", "SMOLLM2_DEEP_GGUF")
 
 
 def _step_strings(step: LadderStep) -> Iterator[str]:
