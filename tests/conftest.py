@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -93,6 +94,18 @@ def store_run(db: str, name: str, wrong: Callable[[str], bool], tokens: Callable
         result = run_cli("run", "--endpoint", name, "--url", server.base_url, "--model", "fake-model",
                          "--data", GSM8K_TEST, "--db", db, "--limit", str(limit), "--no-progress", *extra)
     assert result.exit_code == 0, result.output
+
+
+def stored_count(db: str) -> int:
+    """Items stored so far in the SQLite file at `db`, read as another process would; 0 before the runner made its
+    tables (and without creating the file, which the runner must find absent)."""
+    if not Path(db).exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=30) as conn:
+            return conn.execute("select count(*) from items").fetchone()[0]
+    except sqlite3.OperationalError:  # no items table yet: the runner is still migrating
+        return 0
 
 
 def run_cli(*args: str) -> Result:

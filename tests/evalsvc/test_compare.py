@@ -17,6 +17,7 @@ from evalsvc.report import accuracy_report
 from evalsvc.report.accuracy_report import LadderStep, StepRun
 from evalsvc.statistics.paired_tests import Table2x2
 from evalsvc.statistics.pairing import RunInfo, SettingsMismatch
+from tests.evalsvc.frames import items_frame
 
 
 def outcomes(table: Table2x2) -> tuple[list[bool], list[bool]]:
@@ -30,19 +31,9 @@ def run_frame(correct: list[bool], run: RunInfo, extra: Sequence[tuple[str, str,
     """Items frame with item ids i000.. for `correct`, then `extra` rows
     given as (item_id, status, correct)."""
     rows = [(f"i{k:03d}", "ok", value) for k, value in enumerate(correct)] + list(extra)
-    frame = pd.DataFrame(rows, columns=["item_id", "status", "correct"])
-    frame["item_hash"] = "h-" + frame["item_id"]
-    frame["run_id"] = run.run_id
-    frame["endpoint"] = run.endpoint
-    frame["task"] = run.task
-    frame["extracted"] = "x"
-    frame["reference"] = "x"
-    frame["completion_tokens"] = 10
-    frame["reasoning_tokens"] = None
-    frame["prompt_tokens"] = 5
-    frame["finish_reason"] = "stop"
-    frame["latency_s"] = 0.5
-    return frame
+    return items_frame([(item, f"h-{item}", status, value) for item, status, value in rows], run.run_id,
+                       run.endpoint, run.task, extracted="x", reference="x", completion_tokens=10, prompt_tokens=5,
+                       latency_s=0.5)
 
 
 def run_info(run_id: int, endpoint: str, task: str = "gsm8k", **decoding: object) -> RunInfo:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GSM8K_TEST, ROOT, run_cli, run_cli_process, wrong_when
+from tests.conftest import GSM8K_TEST, ROOT, run_cli, run_cli_process, stored_count, wrong_when
 from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
 N_ITEMS = 200
@@ -30,16 +30,6 @@ SEED = int(os.environ.get("EVALSVC_CRASH_SEED", "20240609"))
 def run_args(server: FakeOpenAI, db: str) -> list[str]:
     return ["run", "--endpoint", "victim", "--url", server.base_url, "--model", "fake-model", "--data", GSM8K_TEST,
             "--db", db, "--no-progress", "--concurrency", "8", "--limit", str(N_ITEMS)]
-
-
-def stored_count(db: str) -> int:
-    if not Path(db).exists():
-        return 0
-    try:
-        with sqlite3.connect(db, timeout=30) as conn:
-            return conn.execute("select count(*) from items").fetchone()[0]
-    except sqlite3.OperationalError:  # no items table yet: the runner is still migrating
-        return 0
 
 
 def snapshot(db: str) -> tuple[list[tuple[str, int]], list[str]]:

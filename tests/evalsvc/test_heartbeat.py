@@ -16,7 +16,7 @@ import pytest
 from db import queries
 from db.engine import open_store
 from evalsvc.run.runner import RunSpec, run_evaluation
-from tests.conftest import GSM8K_TEST, ROOT, run_cli, wrong_when
+from tests.conftest import GSM8K_TEST, ROOT, run_cli, stored_count, wrong_when
 from tests.fake_openai import FakeOpenAI, Reply, gsm8k_oracle
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
@@ -98,7 +98,7 @@ def test_a_run_killed_with_kill_9_reads_stalled_and_resumes(monkeypatch: pytest.
         proc = subprocess.Popen([sys.executable, "-m", "evalsvc.cli", *args, "--url", server.base_url], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 60
-        while time.time() < deadline and not _stored(db_path):
+        while time.time() < deadline and not stored_count(db_path):
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -111,11 +111,3 @@ def test_a_run_killed_with_kill_9_reads_stalled_and_resumes(monkeypatch: pytest.
         resumed = run_cli(*args, "--url", server.base_url)
     assert resumed.exit_code == 0, resumed.output
     assert " complete " in run_cli("runs", "--db", db_path).output
-
-
-def _stored(db: str) -> int:
-    try:
-        with sqlite3.connect(db, timeout=30) as conn:
-            return conn.execute("select count(*) from items").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0

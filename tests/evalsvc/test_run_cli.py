@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GSM8K_TEST, ROOT, run_cli, run_cli_process, wrong_when
+from tests.conftest import GSM8K_TEST, ROOT, run_cli, run_cli_process, stored_count, wrong_when
 from tests.fake_openai import Fault, FakeOpenAI, gsm8k_answers, gsm8k_oracle
 
 pytestmark = pytest.mark.usefixtures("quick_backoff")  # retried items wait less; the same attempts
@@ -149,11 +149,11 @@ def test_kill_mid_run_then_rerun_finishes_with_exactly_400(db_path: str) -> None
         proc = subprocess.Popen([sys.executable, "-m", "evalsvc.cli", *run_args(server, db_path)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
-        while time.time() < deadline and _count(db_path) < 60:
+        while time.time() < deadline and stored_count(db_path) < 60:
             time.sleep(0.1)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        killed_at = _count(db_path)
+        killed_at = stored_count(db_path)
         assert 60 <= killed_at < 400
         result = run_cli_process(*run_args(server, db_path), "--json")
         assert result.returncode == 0, result.stderr
@@ -172,7 +172,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_items(db_path: str) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "evalsvc.cli", *run_args(server, db_path)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
-        while time.time() < deadline and _count(db_path) < 30:
+        while time.time() < deadline and stored_count(db_path) < 30:
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -182,16 +182,6 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_items(db_path: str) -> None:
         status = conn.execute("select status from runs").fetchone()[0]
         stored = conn.execute("select count(*) from items").fetchone()[0]
     assert status == "interrupted" and 30 <= stored < 400
-
-
-def _count(db_path: str) -> int:
-    if not Path(db_path).exists():
-        return 0
-    try:
-        with sqlite3.connect(db_path, timeout=5) as conn:
-            return conn.execute("select count(*) from items").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
 
 
 def test_run_without_data_uses_the_shipped_gsm8k_and_resumes_a_run_made_from_the_file(

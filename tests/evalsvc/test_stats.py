@@ -18,6 +18,7 @@ from evalsvc.statistics import paired_tests
 from evalsvc.statistics import pairing
 from evalsvc.statistics.paired_tests import Table2x2
 from evalsvc.statistics.pairing import DropCounts, PairingError, RunInfo, SettingsMismatch
+from tests.evalsvc.frames import items_frame
 
 
 def random_tables(count: int, seed: int) -> list[Table2x2]:
@@ -34,22 +35,6 @@ def random_tables(count: int, seed: int) -> list[Table2x2]:
 def sm_table(table: Table2x2) -> np.ndarray:
     """statsmodels layout: rows A right/wrong, columns B right/wrong."""
     return np.array([[table.both_correct, table.a_only], [table.b_only, table.neither]])
-
-
-def items_frame(rows: list[tuple[str, str, str, bool]], run_id: int = 1, endpoint: str = "ep") -> pd.DataFrame:
-    """(item_id, item_hash, status, correct) rows with the other columns filled."""
-    frame = pd.DataFrame(rows, columns=["item_id", "item_hash", "status", "correct"])
-    frame["run_id"] = run_id
-    frame["endpoint"] = endpoint
-    frame["task"] = "gsm8k"
-    frame["extracted"] = [f"{endpoint}-{item}" for item in frame["item_id"]]
-    frame["reference"] = [f"ref-{item}" for item in frame["item_id"]]
-    frame["completion_tokens"] = [100 * run_id + i for i in range(len(frame))]
-    frame["reasoning_tokens"] = None
-    frame["prompt_tokens"] = 50
-    frame["finish_reason"] = "stop"
-    frame["latency_s"] = 1.0
-    return frame
 
 
 def info(run_id: int, endpoint: str, template: str = "cot-v1", **decoding: object) -> RunInfo:
