@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -71,6 +72,8 @@ class EvalsvcGroup(click.Group):
         except KeyboardInterrupt:  # in the instant between the command's end and here
             _say(f"stopped; {RESUME_HINT}", "interrupted by SIGINT")
             code = EXIT_INTERRUPTED
+        if isinstance(code, str):  # sys.exit("message"), as Python itself would show it
+            _say(code, "error")
         _leave(code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_USAGE))
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
@@ -115,9 +118,10 @@ def _leave(code: int) -> NoReturn:
         if len(noted) > 1:  # a second one: the clean-up itself hangs; leave now
             _stop_now(noted[0], code)
 
-    for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, note)
+    if threading.current_thread() is threading.main_thread():  # only there can Python set handlers
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, note)
     atexit._run_exitfuncs()
     _stop_now(noted[0] if noted else None, code)
 
