@@ -26,7 +26,7 @@ from db import queries
 from db.engine import DB_ENV, Store, open_store, to_url
 from db.models import Endpoint
 from evalsvc.decision import build, rule
-from evalsvc.report import accuracy_report
+from evalsvc.decision import compare
 from evalsvc.statistics import paired_tests
 from evalsvc.statistics import pairing
 from evalsvc.statistics import output_length
@@ -109,7 +109,7 @@ LADDER_ITEM_COLUMNS = ("item_id", "item_hash", "status", "correct", "completion_
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, accuracy_report.StepRun]:
+def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, compare.StepRun]:
     """Items and settings of many runs (a ladder's), in two queries: run id -> run.
 
     Only `LADDER_ITEM_COLUMNS` of the items: all that the ladder report, the
@@ -120,7 +120,7 @@ def load_ladder(url: str, keys: tuple[RunKey, ...]) -> dict[int, accuracy_report
     with get_store(url).session() as session:
         frames = queries.items_frames(session, ids, LADDER_ITEM_COLUMNS)
         runs = queries.get_runs(session, ids)
-        return {run_id: accuracy_report.StepRun(build.run_info(runs[run_id]), frame)
+        return {run_id: compare.StepRun(build.run_info(runs[run_id]), frame)
                 for run_id, frame in frames.items() if run_id in runs}
 
 
@@ -160,7 +160,7 @@ def _speed(session: Session, endpoint: Endpoint, workload: str) -> task_time.End
 class PairResult:
     """Two runs paired item by item, or why they could not be."""
 
-    comparison: accuracy_report.Comparison | None
+    comparison: compare.Comparison | None
     items: pd.DataFrame
     error: str | None = None
     differences: tuple[str, ...] = ()
@@ -196,7 +196,7 @@ def _pair(url: str, key_a: RunKey, key_b: RunKey, force: bool, columns: tuple[st
         return PairResult(None, pd.DataFrame(), str(exc), exc.differences)
     except pairing.PairingError as exc:
         return PairResult(None, pd.DataFrame(), str(exc))
-    return PairResult(accuracy_report.summarize_pairing(paired, margin), paired.items, None, paired.differences)
+    return PairResult(compare.summarize_pairing(paired, margin), paired.items, None, paired.differences)
 
 
 # --- the ladder: every verdict and decision from evalsvc.decision ------------------------
@@ -303,7 +303,7 @@ def pair_length_and_time(
 ) -> tuple[output_length.LengthInflation | None, task_time.TaskTimeChange | None, str | None]:
     """Output-length change of any two runs, and the task-time change when both speeds are known,
     computed as the ladder computes them (`build.length_row`, `build.time_change`)."""
-    run_a, run_b = (accuracy_report.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
+    run_a, run_b = (compare.StepRun(_info(url, key.run_id), load_items(url, key)) for key in (key_a, key_b))
     pair = build.pair_tokens(run_a, run_b)
     row = build.length_row(pair)
     if isinstance(row, str) or isinstance(pair, str):

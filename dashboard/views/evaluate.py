@@ -8,7 +8,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, background, data, widgets
+from dashboard import analysis, data, job_manager, widgets
 from db.engine import StoreError
 from harness.tasks import TASK_NAMES
 from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
@@ -51,7 +51,7 @@ def render_form(url: str) -> None:
                              key="ev_repeat")
         submitted = st.form_submit_button("Start evaluation", type="primary")
     if submitted:
-        request = background.EvalRequest(
+        request = job_manager.EvalRequest(
             endpoint=name.strip(), base_url=base_url.strip(), model=model.strip(), tasks=tuple(tasks),
             limit=int(limit) or None, data=data_path.strip() or None, max_tokens=int(max_tokens),
             concurrency=int(concurrency), repeat=repeat, template=None if template == templates[0] else template,
@@ -59,11 +59,11 @@ def render_form(url: str) -> None:
         start(request, url, api_key or None)
 
 
-def start(request: background.EvalRequest | background.SpeedRequest, url: str, api_key: str | None = None) -> None:
+def start(request: job_manager.EvalRequest | job_manager.SpeedRequest, url: str, api_key: str | None = None) -> None:
     """Start a job and say so; a refusal in one readable line."""
     try:
-        job = background.start_job(request, url, api_key=api_key)
-    except background.JobError as exc:
+        job = job_manager.start_job(request, url, api_key=api_key)
+    except job_manager.JobError as exc:
         st.error(str(exc))
         return
     st.success(f"Started: evalsvc {' '.join(job.argv)}")
@@ -88,10 +88,10 @@ def render_speed_form(url: str, runs: pd.DataFrame) -> None:
         source = middle.text_input("Where that figure comes from", key="sp_source", placeholder="vendor table, 2026-11")
         submitted = st.form_submit_button("Measure speed (or store the figure entered)")
     if submitted:
-        start(background.SpeedRequest(step, workload, int(limit), float(tps) if tps else None, source), url)
+        start(job_manager.SpeedRequest(step, workload, int(limit), float(tps) if tps else None, source), url)
 
 
-def job_runs(runs: pd.DataFrame, job: background.Job) -> pd.DataFrame:
+def job_runs(runs: pd.DataFrame, job: job_manager.Job) -> pd.DataFrame:
     """The store's runs this job is writing: per task, the newest run of the endpoint."""
     tasks = list(TASK_NAMES) if len(job.tasks) > 1 else list(job.tasks)
     mine = runs[(runs["endpoint"] == job.endpoint) & runs["task"].isin(tasks)]
@@ -118,7 +118,7 @@ JOB_STATES = {
 }
 
 
-def render_job(job: background.Job, runs: pd.DataFrame, order: list[str]) -> None:
+def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> None:
     """One job: its state in words, a progress bar per run, accuracy and links when done, the end of its log."""
     when = datetime.fromtimestamp(job.started_at).strftime("%Y-%m-%d %H:%M:%S")
     speed = job.tasks and job.tasks[0].startswith("speed:")
@@ -128,11 +128,11 @@ def render_job(job: background.Job, runs: pd.DataFrame, order: list[str]) -> Non
         st.caption(JOB_STATES.get(job.state, ""))
         for _, run in ([] if speed else job_runs(runs, job).iterrows()):
             render_run(run, job.endpoint, order)
-        tail = background.log_tail(job)
+        tail = job_manager.log_tail(job)
         if job.state == "failed" and (reason := error_line(tail)):
             st.error(reason)  # the one line that says what to do, not buried under the retries above it
         if job.state == "running" and st.button("Stop (finished items stay stored)", key=f"stop_{job.job_id}"):
-            background.stop_job(job)
+            job_manager.stop_job(job)
         with st.expander("log", expanded=job.state in ("failed", "lost")):
             st.code(tail or "(empty)", language=None, wrap_lines=True)
 
@@ -171,7 +171,7 @@ def render_progress(url: str) -> None:
     except StoreError as exc:
         st.error(f"Cannot open the store: {exc}")
         return
-    jobs = background.list_jobs(url)
+    jobs = job_manager.list_jobs(url)
     st.subheader("Started from the dashboard")
     if not jobs:
         st.caption("No evaluation started here yet.")

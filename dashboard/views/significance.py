@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import data, widgets
 from evalsvc.decision import build, rule
+from evalsvc.decision import compare
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
 
@@ -16,7 +17,7 @@ REPORT_COLUMNS = ("verdict", "task", "step A", "step B", "B-A", "95% CI", "p exa
 COUNT_COLUMNS = ("task", "step A", "step B", "n", "both", "A only", "B only", "neither")
 
 
-def report_table(report: accuracy_report.LadderReport) -> pd.DataFrame:
+def report_table(report: compare.LadderReport) -> pd.DataFrame:
     """Every comparison of the ladder, with its 2x2 counts, verdict and Holm-adjusted p (information only)."""
     rows = []
     for entry in report.entries:
@@ -39,7 +40,7 @@ def table_2x2(pair: widgets.Pair, table: paired_tests.Table2x2) -> pd.DataFrame:
     )
 
 
-def find_entry(report: accuracy_report.LadderReport, pair: widgets.Pair) -> accuracy_report.LadderEntry | None:
+def find_entry(report: compare.LadderReport, pair: widgets.Pair) -> compare.LadderEntry | None:
     """The ladder's comparison of this pair, if the ladder makes it."""
     for entry in report.entries:
         if (entry.comparison.task, entry.step_a, entry.step_b) == pair:
@@ -47,7 +48,7 @@ def find_entry(report: accuracy_report.LadderReport, pair: widgets.Pair) -> accu
     return None
 
 
-def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: accuracy_report.LadderReport) -> None:
+def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: compare.LadderReport) -> None:
     """The chosen pair: its 2x2 table and verdict in words."""
     pair = widgets.pair_picker(runs, steps)
     if pair is None:

@@ -29,9 +29,9 @@ from db import queries
 from db.engine import Store
 from db.models import Endpoint, Run, SpeedRun
 from evalsvc.decision import rule
+from evalsvc.decision import compare
 from evalsvc.decision.pick import AsideReason, Picked, RunRecord, pick_runs
 from evalsvc.decision.workload import PairChoice, Reason, ReasonKind, WorkloadDecision, decide_workload
-from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
 from evalsvc.statistics import pairing
 from evalsvc.statistics import output_length
@@ -60,10 +60,10 @@ def load_records(session: Session, steps: Sequence[str]) -> list[RunRecord]:
     return [RunRecord(run_info(r), r.status, r.n_items, (str(r.finished_at or r.started_at), r.id)) for r in runs]
 
 
-def _step_runs(session: Session, picked: Picked) -> dict[int, accuracy_report.StepRun]:
+def _step_runs(session: Session, picked: Picked) -> dict[int, compare.StepRun]:
     ids = [record.info.run_id for record in picked.chosen.values()]
     frames = queries.items_frames(session, ids)
-    return {rid: accuracy_report.StepRun(next(r.info for r in picked.chosen.values() if r.info.run_id == rid), frame)
+    return {rid: compare.StepRun(next(r.info for r in picked.chosen.values() if r.info.run_id == rid), frame)
             for rid, frame in frames.items()}
 
 
@@ -137,7 +137,7 @@ class LadderDecision:
     steps: tuple[str, ...]
     margins: rule.Margins
     picked: Picked
-    accuracy: accuracy_report.LadderReport
+    accuracy: compare.LadderReport
     lengths: tuple[LengthRow, ...]
     decisions: tuple[PairChoice, ...]
 
@@ -171,9 +171,9 @@ def build_ladder(
         loaded = _step_runs(session, picked)
         runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_([x.info.run_id for x in records])))}
         rates = flip_rates(session, records, runs)
-        ladder = [accuracy_report.LadderStep(step, tuple(loaded[r.info.run_id] for (t, s), r in picked.chosen.items()
+        ladder = [compare.LadderStep(step, tuple(loaded[r.info.run_id] for (t, s), r in picked.chosen.items()
                                                  if s == step and r.info.run_id in loaded)) for step in steps]
-        accuracy = accuracy_report.build_ladder_report(ladder, baseline=baseline, margins=margins, force=force,
+        accuracy = compare.build_ladder_report(ladder, baseline=baseline, margins=margins, force=force,
                                                flip_rates=rates)
         tokens = _pair_tokens(picked, loaded, steps)
         rows = _length_rows(tokens) if lengths else ()
@@ -202,7 +202,7 @@ class PairTokens:
         return int(np.sum(self.finish[0] == "length")), int(np.sum(self.finish[1] == "length"))
 
 
-def pair_tokens(run_a: accuracy_report.StepRun, run_b: accuracy_report.StepRun) -> PairTokens | str:
+def pair_tokens(run_a: compare.StepRun, run_b: compare.StepRun) -> PairTokens | str:
     """The two runs' paired output figures; or why they do not pair."""
     try:
         paired = pairing.pair_runs(run_a.items, run_b.items, run_a.info, run_b.info, force=True,
@@ -215,7 +215,7 @@ def pair_tokens(run_a: accuracy_report.StepRun, run_b: accuracy_report.StepRun) 
                       paired.correct(), paired.values("finish_reason"), paired.values("extracted"))
 
 
-def _pair_tokens(picked: Picked, loaded: Mapping[int, accuracy_report.StepRun], steps: Sequence[str]) -> dict[
+def _pair_tokens(picked: Picked, loaded: Mapping[int, compare.StepRun], steps: Sequence[str]) -> dict[
         tuple[str, str, str], PairTokens | str]:
     """(task, step A, step B) -> paired output figures, for every step up with a run on both sides."""
     found: dict[tuple[str, str, str], PairTokens | str] = {}
@@ -254,7 +254,7 @@ def length_row(pair: PairTokens | str) -> LengthRow | str:
 
 
 def _decide_pair(session: Session, ep_a: Endpoint, ep_b: Endpoint, picked: Picked,
-                 accuracy: accuracy_report.LadderReport,
+                 accuracy: compare.LadderReport,
                  tokens: Mapping[tuple[str, str, str], PairTokens | str]) -> PairChoice:
     out = []
     for workload in WORKLOADS:
@@ -291,7 +291,7 @@ def _ratios(tokens: tuple[Any, Any], correct: tuple[Any, Any],
 
 
 def _decide_task(session: Session, task: str, ep_a: Endpoint, ep_b: Endpoint, picked: Picked,
-                 accuracy: accuracy_report.LadderReport, pair: PairTokens | str | None) -> WorkloadDecision:
+                 accuracy: compare.LadderReport, pair: PairTokens | str | None) -> WorkloadDecision:
     workload = workload_of(task)
     a, b = ep_a.name, ep_b.name
     missing = [Reason(ReasonKind.NO_RUN, picked.why_missing(task, step)) for step in (a, b)
@@ -315,7 +315,7 @@ def _decide_task(session: Session, task: str, ep_a: Endpoint, ep_b: Endpoint, pi
 
 
 def _decide_chat(session: Session, ep_a: Endpoint, ep_b: Endpoint,
-                 accuracy: accuracy_report.LadderReport) -> WorkloadDecision:
+                 accuracy: compare.LadderReport) -> WorkloadDecision:
     a, b = ep_a.name, ep_b.name
     comparisons = [e.comparison for e in accuracy.entries if (e.step_a, e.step_b) == (a, b)]
     worst = min(comparisons, key=lambda c: c.verdict.rank) if comparisons else None
@@ -398,7 +398,7 @@ def _time_or_reason(tokens: tuple[np.ndarray, np.ndarray], speeds: Sequence[task
 
 
 def compare_refs(store: Store, ref_a: str, ref_b: str, tasks: Sequence[str], margins: rule.Margins = rule.Margins(),
-                 force: bool = False) -> list[accuracy_report.Comparison]:
+                 force: bool = False) -> list[compare.Comparison]:
     """Compare two endpoints (runs picked as a two-step ladder picks them) or two run ids."""
     if ref_a.isdigit() and ref_b.isdigit():
         return [_compare_run_ids(store, ref_a, ref_b, margins, force)]
@@ -432,17 +432,17 @@ def _refuse(picked: Picked, ref_a: str, ref_b: str, why: Sequence[str]) -> None:
                            + "; ".join(why))
 
 
-def _compare_pair(run_a: accuracy_report.StepRun, run_b: accuracy_report.StepRun, margins: rule.Margins, force: bool,
-                  rates: Mapping[tuple[str, str], float]) -> accuracy_report.Comparison:
+def _compare_pair(run_a: compare.StepRun, run_b: compare.StepRun, margins: rule.Margins, force: bool,
+                  rates: Mapping[tuple[str, str], float]) -> compare.Comparison:
     task = run_a.info.task
     known = [rates[(run.info.endpoint, task)] for run in (run_a, run_b) if (run.info.endpoint, task) in rates]
-    return accuracy_report.compare_runs(run_a.items, run_b.items, run_a.info, run_b.info, margin=margins.of(task),
+    return compare.compare_runs(run_a.items, run_b.items, run_a.info, run_b.info, margin=margins.of(task),
                                 force=force, flip_rate=sum(known) / len(known) if known else None,
                                 arrays=(run_a.arrays, run_b.arrays))
 
 
 def _compare_run_ids(store: Store, ref_a: str, ref_b: str, margins: rule.Margins,
-                     force: bool) -> accuracy_report.Comparison:
+                     force: bool) -> compare.Comparison:
     with store.session() as session:
         run_a, run_b = queries.resolve_run(session, ref_a), queries.resolve_run(session, ref_b)
         if run_a.task != run_b.task:
@@ -451,5 +451,5 @@ def _compare_run_ids(store: Store, ref_a: str, ref_b: str, margins: rule.Margins
         records = load_records(session, sorted({run_a.endpoint.name, run_b.endpoint.name}))
         rates = flip_rates(session, records, {r.id: r for r in session.scalars(
             select(Run).where(Run.id.in_([x.info.run_id for x in records])))})
-        steps = [accuracy_report.StepRun(run_info(r), queries.items_frame(session, r.id)) for r in (run_a, run_b)]
+        steps = [compare.StepRun(run_info(r), queries.items_frame(session, r.id)) for r in (run_a, run_b)]
     return _compare_pair(steps[0], steps[1], margins, force, rates)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from evalsvc.decision.compare import Comparison
 from evalsvc.decision.rule import Settle, Verdict
-from evalsvc.report.accuracy_report import Comparison
 from evalsvc.statistics import output_length
 from evalsvc.statistics import task_time
 

@@ -14,6 +14,7 @@ from db import queries
 from db.engine import Store
 from db.models import Endpoint, Run, SpeedRun
 from evalsvc.decision import build, rule
+from evalsvc.decision import compare
 from evalsvc.decision.build import LadderDecision, LengthRow
 from evalsvc.decision.workload import Choice, PairChoice, Reason, ReasonKind, WorkloadDecision
 from evalsvc.report import accuracy_report
@@ -32,7 +33,7 @@ class FullReport:
     ladder: LadderDecision
 
     @property
-    def accuracy(self) -> accuracy_report.LadderReport:
+    def accuracy(self) -> compare.LadderReport:
         return self.ladder.accuracy
 
     @property
@@ -187,7 +188,7 @@ def decide_pair(store: Store, a: str, b: str, margins: rule.Margins = rule.Margi
 # -- items and speeds ----------------------------------------------------------------------
 
 
-def disagreements(store: Store, comparison: accuracy_report.Comparison) -> pd.DataFrame:
+def disagreements(store: Store, comparison: compare.Comparison) -> pd.DataFrame:
     """Items of a comparison where exactly one side was right."""
     with store.session() as session:
         a = queries.items_frame(session, comparison.run_a)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import analysis, background, data
+from dashboard import analysis, data, job_manager
 from db import queries
 from db.engine import open_store
 from db.models import Run
@@ -419,14 +419,14 @@ def fake_server() -> Iterator[FakeOpenAI]:
         yield server
 
 
-def wait_for_jobs(db: str, timeout_s: float = 90.0) -> list[background.Job]:
+def wait_for_jobs(db: str, timeout_s: float = 90.0) -> list[job_manager.Job]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        jobs = background.list_jobs(db)
+        jobs = job_manager.list_jobs(db)
         if jobs and all(job.state not in ("starting", "running") for job in jobs):
             return jobs
         time.sleep(0.5)
-    raise AssertionError(f"background job did not finish in {timeout_s} s: {background.list_jobs(db)}")
+    raise AssertionError(f"background job did not finish in {timeout_s} s: {job_manager.list_jobs(db)}")
 
 
 @pytest.mark.slow
@@ -443,7 +443,7 @@ def test_evaluate_form_runs_through_the_cli_in_the_background(
     at.form_submit_button[0].click().run()
     assert [s.value for s in at.success][0].startswith("Started: evalsvc run --endpoint fake-step")
     jobs = wait_for_jobs(db)
-    assert [job.state for job in jobs] == ["finished"], background.log_tail(jobs[0])
+    assert [job.state for job in jobs] == ["finished"], job_manager.log_tail(jobs[0])
     with open_store(db).session() as session:
         run = queries.resolve_run(session, "fake-step", "gsm8k")
         summary = queries.summarize_runs(session, [run.id])[0]
@@ -504,13 +504,13 @@ def test_evaluate_form_refuses_a_bad_url(monkeypatch: pytest.MonkeyPatch, tmp_pa
     at.text_input(key="ev_name").input("")
     at.form_submit_button[0].click().run()
     assert [e.value for e in at.error] == ["Fill in a name for this step."]
-    assert background.list_jobs(db) == []
+    assert job_manager.list_jobs(db) == []
 
 
 def test_max_tokens_and_template_reach_the_command() -> None:
-    request = background.EvalRequest("s", "http://127.0.0.1:1/v1", "m", ("gsm8k",), max_tokens=512,
+    request = job_manager.EvalRequest("s", "http://127.0.0.1:1/v1", "m", ("gsm8k",), max_tokens=512,
                                      template="fewshot-completion@v1")
-    argv = background.run_argv(request)
+    argv = job_manager.run_argv(request)
     assert argv[argv.index("--max-tokens") + 1] == "512"
     assert argv[argv.index("--template") + 1] == "fewshot-completion@v1"
 
@@ -535,7 +535,7 @@ def test_measure_speed_from_the_form_probes_the_stored_endpoint(
     assert [s.value for s in at.success] == [
         "Started: evalsvc speed --endpoint probe-step --workload chat --limit 3"]
     jobs = wait_for_jobs(db)
-    assert [job.state for job in jobs] == ["finished"], background.log_tail(jobs[0])
+    assert [job.state for job in jobs] == ["finished"], job_manager.log_tail(jobs[0])
     from evalsvc.decision import build
 
     with open_store(db).session() as session:
@@ -555,11 +555,11 @@ def test_a_failed_job_shows_its_error_line_above_the_log(monkeypatch: pytest.Mon
     at.number_input(key="sp_limit").set_value(2)
     at.form_submit_button[1].click().run()
     jobs = wait_for_jobs(db)
-    assert [job.state for job in jobs] == ["failed"], background.log_tail(jobs[0])
+    assert [job.state for job in jobs] == ["failed"], job_manager.log_tail(jobs[0])
     again = open_app(monkeypatch, db, "views/evaluate.py")
     errors = [e.value for e in again.error]
     assert len(errors) == 1 and "http://127.0.0.1:1/v1" in errors[0], errors
-    assert errors[0] in background.log_tail(jobs[0]) and not errors[0].startswith("error:")
+    assert errors[0] in job_manager.log_tail(jobs[0]) and not errors[0].startswith("error:")
 
 
 @pytest.mark.slow
@@ -579,7 +579,7 @@ def test_a_vendor_speed_from_the_form_is_stored_with_its_source(monkeypatch: pyt
         "Started: evalsvc speed --endpoint vendor-step --workload code --tokens-per-second 321 "
         "--source vendor table 2026-11"]
     jobs = wait_for_jobs(db)
-    assert [job.state for job in jobs] == ["finished"], background.log_tail(jobs[0])
+    assert [job.state for job in jobs] == ["finished"], job_manager.log_tail(jobs[0])
     from evalsvc.decision import build
 
     with open_store(db).session() as session:  # not the page's cache, which holds for a few seconds
@@ -605,8 +605,8 @@ def test_db_url_from_argv_then_env(monkeypatch: pytest.MonkeyPatch, argv: list[s
 
 
 def test_run_argv_is_the_cli_command() -> None:
-    request = background.EvalRequest("s1", "http://h:1/v1", "m", ("gsm8k", "humaneval"), limit=20, repeat=True)
-    assert background.run_argv(request) == [
+    request = job_manager.EvalRequest("s1", "http://h:1/v1", "m", ("gsm8k", "humaneval"), limit=20, repeat=True)
+    assert job_manager.run_argv(request) == [
         "run", "--endpoint", "s1", "--url", "http://h:1/v1", "--model", "m", "--task", "all", "--no-progress",
         "--limit", "20", "--concurrency", "8", "--repeat",
     ]
@@ -614,9 +614,9 @@ def test_run_argv_is_the_cli_command() -> None:
 
 @pytest.mark.parametrize("url", ["http://user:pw-in-url@h:1/v1", "http://h:1/v1?api_key=k-in-query"])
 def test_a_url_with_credentials_is_refused(url: str) -> None:
-    request = background.EvalRequest("s1", url, "m", ("gsm8k",))
-    with pytest.raises(background.JobError, match="carries a password or key") as caught:
-        background.run_argv(request)
+    request = job_manager.EvalRequest("s1", url, "m", ("gsm8k",))
+    with pytest.raises(job_manager.JobError, match="carries a password or key") as caught:
+        job_manager.run_argv(request)
     assert "pw-in-url" not in str(caught.value) and "k-in-query" not in str(caught.value)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import background
+from dashboard import job_manager
 from tests.conftest import GSM8K_TEST, ROOT, process_tree, still_running, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
 from tests.fake_openai import FakeOpenAI, Reply, gsm8k_oracle
@@ -24,30 +24,30 @@ STATES = {signal.SIGINT: "interrupted", signal.SIGTERM: "interrupted", signal.SI
 RETURN_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGKILL: None}
 
 
-def only_job(db: str) -> background.Job:
-    (job,) = background.list_jobs(db)
+def only_job(db: str) -> job_manager.Job:
+    (job,) = job_manager.list_jobs(db)
     return job
 
 
-def wait_mid_run(db: str, job_id: str, stored_at_least: int = 4) -> background.Job:
+def wait_mid_run(db: str, job_id: str, stored_at_least: int = 4) -> job_manager.Job:
     """The running job once it has stored some items."""
     deadline = time.monotonic() + 240
     while True:
-        job = next(j for j in background.list_jobs(db) if j.job_id == job_id)
-        assert job.state in ("starting", "running"), background.log_tail(job)
+        job = next(j for j in job_manager.list_jobs(db) if j.job_id == job_id)
+        assert job.state in ("starting", "running"), job_manager.log_tail(job)
         if job.pid is not None and stored_count(db) >= stored_at_least:
             return job
-        assert time.monotonic() < deadline, f"the job stored nothing in 240 s: {background.log_tail(job)}"
+        assert time.monotonic() < deadline, f"the job stored nothing in 240 s: {job_manager.log_tail(job)}"
         time.sleep(0.05)
 
 
-def wait_ended(db: str, job_id: str, timeout_s: float = 240) -> background.Job:
+def wait_ended(db: str, job_id: str, timeout_s: float = 240) -> job_manager.Job:
     deadline = time.monotonic() + timeout_s
     while True:
-        job = next(j for j in background.list_jobs(db) if j.job_id == job_id)
+        job = next(j for j in job_manager.list_jobs(db) if j.job_id == job_id)
         if job.state not in ("starting", "running"):
             return job
-        assert time.monotonic() < deadline, f"the job did not end in {timeout_s} s: {background.log_tail(job)}"
+        assert time.monotonic() < deadline, f"the job did not end in {timeout_s} s: {job_manager.log_tail(job)}"
         time.sleep(0.1)
 
 
@@ -67,26 +67,26 @@ def test_signal_to_a_dashboard_job_leaves_nothing_and_the_job_resumes(
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     db = str(tmp_path / "jobs.db")
     with FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=0.2) as server:
-        request = background.EvalRequest("job-step", server.base_url, "fake-model", ("gsm8k",), limit=N_ITEMS,
+        request = job_manager.EvalRequest("job-step", server.base_url, "fake-model", ("gsm8k",), limit=N_ITEMS,
                                          data=GSM8K_TEST, concurrency=2)
-        first = background.start_job(request, db)
+        first = job_manager.start_job(request, db)
         job = wait_mid_run(db, first.job_id)
         assert job.pid in tagged_processes(tag)
 
         os.kill(job.pid, sig)
         left, waited = wait_until_gone(lambda: tagged_processes(tag))
         assert left == [], (f"{sig.name}: job processes {left} still alive {waited:.1f} s after the signal\n"
-                            + background.log_tail(job))
+                            + job_manager.log_tail(job))
         ended = wait_ended(db, first.job_id, timeout_s=30)
-        assert (ended.state, ended.returncode) == (STATES[sig], RETURN_CODES[sig]), background.log_tail(ended)
+        assert (ended.state, ended.returncode) == (STATES[sig], RETURN_CODES[sig]), job_manager.log_tail(ended)
         runs, kept = runs_and_items(db)
         (run_id, status), = runs
         assert status == ("running" if sig == signal.SIGKILL else "interrupted")
         assert 4 <= len(kept) < N_ITEMS
 
-        again = background.start_job(request, db)
+        again = job_manager.start_job(request, db)
         done = wait_ended(db, again.job_id)
-        assert done.state == "finished", background.log_tail(done)
+        assert done.state == "finished", job_manager.log_tail(done)
     runs, items = runs_and_items(db)
     assert runs == [(run_id, "complete")]
     assert len(items) == N_ITEMS == len({item_id for _, item_id in items})
@@ -107,9 +107,9 @@ def test_a_humaneval_job_takes_its_sandbox_processes_with_it(
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     db = str(tmp_path / "jobs.db")
     with FakeOpenAI(slow_code, latency_s=0.1) as server:
-        request = background.EvalRequest("code-step", server.base_url, "fake-model", ("humaneval",), limit=30,
+        request = job_manager.EvalRequest("code-step", server.base_url, "fake-model", ("humaneval",), limit=30,
                                          concurrency=2)
-        first = background.start_job(request, db)
+        first = job_manager.start_job(request, db)
         job = wait_mid_run(db, first.job_id, stored_at_least=3)
         tree = process_tree(job.pid)
         assert len(tree) >= 2, "the job runs no sandbox process: nothing to check"
@@ -118,8 +118,8 @@ def test_a_humaneval_job_takes_its_sandbox_processes_with_it(
         assert left == [], f"{sig.name}: {left} of the job's processes {tree} alive {waited:.1f} s after the signal"
         assert wait_ended(db, first.job_id, timeout_s=30).state == STATES[sig]
 
-        again = background.start_job(request, db)
+        again = job_manager.start_job(request, db)
         done = wait_ended(db, again.job_id)
-        assert done.state == "finished", background.log_tail(done)
+        assert done.state == "finished", job_manager.log_tail(done)
     runs, items = runs_and_items(db)
     assert [status for _, status in runs] == ["complete"] and len(items) == 30

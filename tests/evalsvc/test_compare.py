@@ -12,9 +12,10 @@ from statsmodels.stats.contingency_tables import cochrans_q as sm_cochrans_q
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 
+from evalsvc.decision import compare
+from evalsvc.decision.compare import LadderStep, StepRun
 from evalsvc.decision.rule import Verdict
 from evalsvc.report import accuracy_report
-from evalsvc.report.accuracy_report import LadderStep, StepRun
 from evalsvc.statistics.paired_tests import Table2x2
 from evalsvc.statistics.pairing import RunInfo, SettingsMismatch
 from tests.evalsvc.frames import items_frame
@@ -40,10 +41,10 @@ def run_info(run_id: int, endpoint: str, task: str = "gsm8k", **decoding: object
     return RunInfo(run_id, endpoint, task, "cot-v1", {"temperature": 0.0, **decoding}, mode="chat")
 
 
-def compare_table(table: Table2x2, task: str = "gsm8k", **options: object) -> accuracy_report.Comparison:
+def compare_table(table: Table2x2, task: str = "gsm8k", **options: object) -> compare.Comparison:
     a, b = outcomes(table)
     info_a, info_b = run_info(1, "bf16", task), run_info(2, "awq", task)
-    return accuracy_report.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, **options)
+    return compare.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, **options)
 
 
 # --- one comparison ---------------------------------------------------------------
@@ -85,8 +86,8 @@ def test_refusal_and_forced_comparison() -> None:
     a, b = outcomes(Table2x2(10, 1, 1, 3))
     info_a, info_b = run_info(1, "bf16"), run_info(2, "awq", temperature=0.6)
     with pytest.raises(SettingsMismatch):
-        accuracy_report.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b)
-    forced = accuracy_report.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, force=True)
+        compare.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b)
+    forced = compare.compare_runs(run_frame(a, info_a), run_frame(b, info_b), info_a, info_b, force=True)
     assert forced.forced
     assert forced.to_dict()["differences"] == ["decoding temperature (0.0 vs 0.6)"]
     assert "Pairing was forced although the runs differ in decoding temperature (0.0 vs 0.6)." in (
@@ -144,13 +145,13 @@ def test_more_gsm8k_items_settle_an_inconclusive_pair() -> None:
 # --- rendering: exact output -------------------------------------------------------
 
 
-def rendering_case() -> list[accuracy_report.Comparison]:
+def rendering_case() -> list[compare.Comparison]:
     first = compare_table(Table2x2(both_correct=361, a_only=3, b_only=4, neither=33))
     a, b = outcomes(Table2x2(both_correct=12, a_only=1, b_only=5, neither=2))
     info_a, info_b = run_info(3, "bf16", "humaneval"), run_info(4, "awq", "humaneval")
     a_items = run_frame(a, info_a, [("i900", "error", False), ("i901", "ok", True)])
     b_items = run_frame(b, info_b, [("i900", "ok", True)])
-    return [first, accuracy_report.compare_runs(a_items, b_items, info_a, info_b)]
+    return [first, compare.compare_runs(a_items, b_items, info_a, info_b)]
 
 
 # Hand-worked figures. gsm8k: 364/401 = 90.8%, 365/401 = 91.0%, diff 1/401; p exact
@@ -210,9 +211,9 @@ def test_significant_sentences(table: Table2x2, start: str) -> None:
 
 
 def test_ladder_pairs() -> None:
-    assert accuracy_report.ladder_pairs(1, 0) == []
-    assert accuracy_report.ladder_pairs(3, 0) == [(0, 1, "previous"), (1, 2, "previous"), (0, 2, "baseline")]
-    assert accuracy_report.ladder_pairs(4, 2) == [
+    assert compare.ladder_pairs(1, 0) == []
+    assert compare.ladder_pairs(3, 0) == [(0, 1, "previous"), (1, 2, "previous"), (0, 2, "baseline")]
+    assert compare.ladder_pairs(4, 2) == [
         (0, 1, "previous"), (1, 2, "previous"), (2, 3, "previous"), (2, 0, "baseline"),
     ]
 
@@ -238,7 +239,7 @@ def ladder_fixture() -> tuple[list[LadderStep], dict[str, np.ndarray]]:
 
 def test_ladder_report_entries_holm_and_cochran() -> None:
     steps, truth = ladder_fixture()
-    report = accuracy_report.build_ladder_report(steps)
+    report = compare.build_ladder_report(steps)
     described = [(e.comparison.task, e.step_a, e.step_b, e.kind) for e in report.entries]
     assert described == [
         ("gsm8k", "bf16", "awq", "previous"), ("gsm8k", "awq", "eagle", "previous"),
@@ -257,18 +258,18 @@ def test_ladder_report_entries_holm_and_cochran() -> None:
 def test_ladder_verdicts_are_the_pairs_own_and_holm_is_information() -> None:
     steps, _ = ladder_fixture()
     first = steps[0].runs[0], steps[1].runs[0]
-    alone = accuracy_report.compare_runs(first[0].items, first[1].items, first[0].info, first[1].info)
-    entry = accuracy_report.build_ladder_report(steps).entries[0]
+    alone = compare.compare_runs(first[0].items, first[1].items, first[0].info, first[1].info)
+    entry = compare.build_ladder_report(steps).entries[0]
     assert entry.p_holm == pytest.approx(4 * 2 * 11 / 1024)  # smallest of four p-values
     assert entry.comparison.verdict is alone.verdict is Verdict.WORSE  # 95% CI -7.0 to -0.7 points
-    text = accuracy_report.render_ladder_text(accuracy_report.build_ladder_report(steps))
+    text = accuracy_report.render_ladder_text(compare.build_ladder_report(steps))
     assert "Holm-adjusted p = 0.086 (information only)" in text and "not adjusted for multiplicity" in text
 
 
 def test_ladder_baseline_and_flip_rates() -> None:
     steps, _ = ladder_fixture()
     rates = {("bf16", "gsm8k"): 0.02, ("awq", "gsm8k"): 0.06, ("bf16", "humaneval"): 0.5}
-    report = accuracy_report.build_ladder_report(steps, baseline="awq", flip_rates=rates)
+    report = compare.build_ladder_report(steps, baseline="awq", flip_rates=rates)
     assert report.baseline == "awq"
     gsm8k = [e for e in report.entries if e.comparison.task == "gsm8k"]
     assert [(e.step_a, e.step_b, e.kind) for e in gsm8k] == [
@@ -280,7 +281,7 @@ def test_ladder_baseline_and_flip_rates() -> None:
 
 def test_ladder_renderings() -> None:
     steps, _ = ladder_fixture()
-    report = accuracy_report.build_ladder_report(steps)
+    report = compare.build_ladder_report(steps)
     text = accuracy_report.render_ladder_text(report).splitlines()
     assert text[0].split() == [
         "task", "step", "A", "step", "B", "vs", "n", "A", "only", "B", "only", "B-A", "95%", "CI",
@@ -301,4 +302,4 @@ def test_ladder_renderings() -> None:
 def test_ladder_rejects_repeated_step_names() -> None:
     steps, _ = ladder_fixture()
     with pytest.raises(ValueError, match="repeat"):
-        accuracy_report.build_ladder_report([steps[0], steps[0]])
+        compare.build_ladder_report([steps[0], steps[0]])

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from evalsvc.decision import rule
+from evalsvc.decision import compare
 from evalsvc.decision.pick import AsideReason, RunRecord, pick_runs
 from evalsvc.decision.rule import Verdict
 from evalsvc.decision.workload import Choice, Reason, ReasonKind, decide_workload
@@ -55,7 +56,7 @@ def test_verdict_never_contradicts_the_interval_over_random_tables(count: int) -
     for table, margin in random_tables(count, seed=14):
         if table.n == 0:
             continue
-        c = accuracy_report.summarize_pairing(_pairing(table), margin)
+        c = compare.summarize_pairing(_pairing(table), margin)
         assert c.verdict is expected_from_interval(c.diff_ci_low, c.diff_ci_high, margin), (table, margin)
         words = accuracy_report.describe_comparison(c)
         if "better than A" in words:

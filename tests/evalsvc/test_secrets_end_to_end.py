@@ -305,7 +305,7 @@ def test_no_secret_on_a_page_in_a_log_in_a_process_list_or_in_the_store(
 
     # The watch really saw every kind of child while it ran.
     assert watch.scans > 10
-    for fragment in ("dashboard.serve run", "dashboard.background", "tests.fake_openai --port"):
+    for fragment in ("-m dashboard.serve", "dashboard.job_manager", "tests.fake_openai --port"):
         assert watch.saw(fragment), fragment
     # Only the command this test itself typed with the password may show it (`evalsvc dashboard --db URL`; also its
     # children between fork and exec).

@@ -6,7 +6,7 @@ arguments a person would type, so the dashboard never has a second code path
 to an endpoint. Each job leaves a small JSON file and a log next to the store;
 the dashboard lists jobs from those files and reads progress from the store.
 
-Run as `python -m dashboard.background JOB_FILE` (that is how `start_job`
+Run as `python -m dashboard.job_manager JOB_FILE` (that is how `start_job`
 launches it).
 """
 
@@ -193,7 +193,7 @@ def start_job(request: EvalRequest | SpeedRequest, db_url: str, api_key: str | N
     env = {**os.environ, DB_ENV: to_url(db_url), **({API_KEY_ENV: api_key} if api_key else {})}
     with open(job.log_path, "ab") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dashboard.background", str(job_file)],
+            [sys.executable, "-m", "dashboard.job_manager", str(job_file)],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
     # Reap the child when it ends so it does not linger as a zombie of the dashboard server.
