@@ -101,6 +101,25 @@ def step_row(step: str, summary: Mapping[str, Any], items: pd.DataFrame) -> dict
     }
 
 
+def next_step(candidates: Sequence[str], a: str) -> str:
+    """The step compared with `a` by default: the one after it, or for the last step the first other one."""
+    index = list(candidates).index(a)
+    rest = [step for step in candidates if step != a]
+    return candidates[index + 1] if index + 1 < len(candidates) else rest[0]
+
+
+def default_pair(per_task: Mapping[str, Mapping[str, RunKey]], steps: Sequence[str]) -> tuple[str, str, str] | None:
+    """The task, step A and step B a page opens on when none is chosen: the first task with two steps' runs,
+    its first step and the next one. None when no task has two."""
+    if not per_task:
+        return None
+    task = next(iter(per_task))  # the task picker's first option
+    candidates = [step for step in steps if step in per_task[task]]
+    if len(candidates) < 2:
+        return None
+    return task, candidates[0], next_step(candidates, candidates[0])
+
+
 def ship_step(steps: Sequence[str], decisions: Sequence[WorkloadDecision]) -> tuple[str, WorkloadDecision | None]:
     """Walk down the ladder while each next step is taken; the step reached and the first stop."""
     by_pair = {(d.step_a, d.step_b): d for d in decisions}

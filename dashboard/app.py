@@ -16,6 +16,13 @@ from harness.redact import install_redaction, mask_url, register_url_secrets
 # A local file: an emoji or Material icon as page icon makes the browser fetch it from an outside host.
 ICON = Path(__file__).resolve().parent / "static" / "icon.png"
 NEW_RUNS_S = 5.0
+# Tables (`widgets.table`, Markdown) as compact as Streamlit's own: smaller type and padding, so a ladder
+# table's ten to twelve columns all fit the main column at 1,280 px.
+TABLE_STYLE = """<style>
+[data-testid="stMarkdownContainer"] table { font-size: 0.875rem; }
+[data-testid="stMarkdownContainer"] th, [data-testid="stMarkdownContainer"] td { padding: 0.25rem 0.375rem; }
+[data-testid="stMarkdownContainer"] th { font-weight: 600; }
+</style>"""
 
 
 def build_navigation() -> StreamlitPage:
@@ -66,6 +73,7 @@ def main() -> None:
     st.set_page_config(page_title="evalsvc", page_icon=str(ICON), layout="wide")
     navigation = build_navigation()
     url = data.db_url()
+    st.html(TABLE_STYLE)
     install_redaction()  # the server's log lines and tracebacks are masked like the CLI's
     register_url_secrets(url)
     render_sidebar(url)

@@ -174,13 +174,17 @@ def _info(url: str, run_id: int) -> pairing.RunInfo:
 
 
 def pair(
-    url: str, key_a: RunKey, key_b: RunKey, force: bool = False, columns: tuple[str, ...] | None = None
+    url: str, key_a: RunKey, key_b: RunKey, force: bool = False, columns: tuple[str, ...] | None = None,
+    margins_: rule.Margins | None = None,
 ) -> PairResult:
-    """The paired items and comparison of run B against run A; only `columns` of each run's items when given."""
+    """The paired items and comparison of run B against run A; only `columns` of each run's items when given.
+
+    `margins_` defaults to the sidebar's (`margins`).
+    """
     info_a, info_b = _info(url, key_a.run_id), _info(url, key_b.run_id)
     # `force` changes nothing when the settings agree: one cache entry then serves every caller.
     forced = force and bool(pairing.settings_differences(info_a, info_b))
-    return _pair(url, key_a, key_b, forced, columns, margins().of(info_a.task))
+    return _pair(url, key_a, key_b, forced, columns, (margins_ or margins()).of(info_a.task))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -256,9 +260,12 @@ def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = Fal
 
 
 def warm_up(url: str) -> None:
-    """Compute the default Ladder view into the caches (all steps, default margins), as a page would.
+    """Compute every page's first view into the caches (all steps, default margins), as the pages would.
 
-    Called by `dashboard.serve` when the server starts, so the first person to open the Ladder does not wait.
+    Called by `dashboard.serve` when the server starts, so whichever page a person opens first does not wait:
+    the Ladder first (the page a plain address opens), then the default pair's Disagreements, Length and
+    time, and Significance's noise floor. Each call is the one the page makes, with the same arguments, so
+    the page finds its result in the cache.
     """
     runs = load_runs(url)
     steps = analysis.ladder_order(runs)
@@ -268,9 +275,23 @@ def warm_up(url: str) -> None:
     ladder(url, runs, steps[:2], margins_=build.DEFAULT_MARGINS)  # the page's "stop at A or take B" default
     endpoint_speeds(url, tuple(steps))
     endpoint_speeds(url, tuple(steps[:2]))
-    if isinstance(found, build.LadderDecision):
-        per_task = step_runs(runs, steps, url, found)
-        load_ladder(url, ladder_keys(per_task))
+    if not isinstance(found, build.LadderDecision):
+        return
+    per_task = step_runs(runs, steps, url, found)
+    load_ladder(url, ladder_keys(per_task))
+    default = analysis.default_pair(per_task, steps)
+    if default is not None:
+        _warm_pair(url, *default, per_task[default[0]])
+    noise_floor(url, runs)
+
+
+def _warm_pair(url: str, task: str, a: str, b: str, keys: dict[str, RunKey]) -> None:
+    """The default pair's Disagreements and Length and time pages."""
+    pair(url, keys[a], keys[b], margins_=build.DEFAULT_MARGINS)
+    workload = analysis.workload_of(task)
+    speeds = endpoint_speeds(url, (a, b))
+    pair_length_and_time(url, keys[a], keys[b], speeds[a].get(workload), speeds[b].get(workload))
+    pair(url, keys[a], keys[b], True, LADDER_ITEM_COLUMNS, margins_=build.DEFAULT_MARGINS)
 
 
 def step_runs(runs: pd.DataFrame, steps: Sequence[str], url: str | None = None,

@@ -35,7 +35,7 @@ MARGIN_PARAM = "margin_{task}"
 WORKLOAD_COLORS = {"math": "#1f77b4", "code": "#ff7f0e", "chat": "#2ca02c"}
 STEP_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d", "#eeca3b",
                 "#ff9da6", "#bab0ac")
-# st.table renders cells as Markdown, where a lone "-" would become a bullet; one mark everywhere.
+# A table cell is Markdown, where a lone "-" would become a bullet; one mark everywhere.
 MISSING = "n/a"
 
 
@@ -190,13 +190,8 @@ def pair_picker(runs: pd.DataFrame, steps: Sequence[str]) -> Pair | None:
         a = pick("Step A (current)", candidates, "a", default=candidates[0])
     with cols[2]:
         rest = [step for step in candidates if step != a]
-        b = pick("Step B (candidate)", rest, "b", default=next_step(candidates, a, rest))
+        b = pick("Step B (candidate)", rest, "b", default=analysis.next_step(candidates, a))
     return Pair(task, a, b)
-
-
-def next_step(candidates: list[str], a: str, rest: list[str]) -> str:
-    index = candidates.index(a)
-    return candidates[index + 1] if index + 1 < len(candidates) else rest[0]
 
 
 def evidence_links(pair: Pair) -> None:
@@ -255,12 +250,18 @@ def esc(text: object) -> str:
 def table(frame: pd.DataFrame, max_rows: int = 15) -> None:
     """A table whose every column shows on a 1,280 px screen: long cells wrap instead of being cut.
 
-    Cells are text from the store and the statistics, made inert (st.table reads Markdown). A table of more
+    Written as a Markdown table, not `st.table`: the browser then needs no Arrow code to show it, which on
+    a busy machine took a page's first view a second or two longer. Cells are text from the store and the
+    statistics, made inert (every Markdown character escaped, line breaks made spaces). A table of more
     than `max_rows` rows scrolls inside a fixed height rather than pushing the rest of the page down.
     """
-    shown = frame.astype(str).map(esc).rename(columns=esc)
-    height = "content" if len(frame) <= max_rows else 38 + 36 * max_rows
-    st.table(shown, hide_index=True, height=height)
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join(esc(" ".join(str(cell).split())) for cell in cells) + " |"
+
+    text = "\n".join([line(frame.columns), "|" + " --- |" * len(frame.columns),
+                      *(line(row) for row in frame.itertuples(index=False))])
+    box = st.container(height=38 + 36 * max_rows) if len(frame) > max_rows else st.container()
+    box.markdown(text)
 
 
 def decisions_frame(decisions: Sequence[WorkloadDecision], stop: WorkloadDecision | None = None,

@@ -103,7 +103,7 @@ def job_runs(runs: pd.DataFrame, job: job_manager.Job) -> pd.DataFrame:
 def run_listing(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs as listed on this page, with the sandbox their code ran in (n/a when none ran)."""
     listed = runs[["run_id", "endpoint", "task", "isolation", "n", "n_items", "errors"]]
-    return listed.assign(isolation=listed["isolation"].fillna(widgets.MISSING)).set_index("run_id")
+    return listed.assign(isolation=listed["isolation"].fillna(widgets.MISSING)).rename(columns={"run_id": "run"})
 
 
 JOB_STATES = {
@@ -181,13 +181,13 @@ def render_progress(url: str) -> None:
     running = runs[runs["status"] == "running"]
     if not running.empty:
         st.subheader("Runs being written")
-        st.table(run_listing(running))
+        widgets.table(run_listing(running))
     stalled = runs[runs["status"] == "stalled"]
     if not stalled.empty:
         st.subheader("Stalled runs")
         st.caption("Their runner stopped without recording it (killed, out of memory, machine down). Finished items "
                    "are stored; the same `evalsvc run` command resumes the run.")
-        st.table(run_listing(stalled))
+        widgets.table(run_listing(stalled))
 
 
 def main() -> None:

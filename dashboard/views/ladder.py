@@ -112,7 +112,7 @@ def render_any_pair(url: str, runs: pd.DataFrame, steps: Sequence[str]) -> None:
         a = widgets.pick("Step A (current)", steps, "a", default=steps[0])
     rest = [s for s in steps if s != a]
     with cols[1]:
-        b = widgets.pick("Step B (candidate)", rest, "b", default=widgets.next_step(list(steps), a, rest))
+        b = widgets.pick("Step B (candidate)", rest, "b", default=analysis.next_step(steps, a))
     if order.index(b) < order.index(a):
         st.info(f"B ({b}) comes before A ({a}) in the ladder. " + SWAP_NOTE)
     else:
@@ -158,13 +158,14 @@ def task_table(
         speed = speeds.get(step, {}).get(workload)
         d = by_b.get(step)
         rows.append({
+            # Paired figures share a column (value, then its interval or its partner): ten columns fit 1,280 px.
             "step": step, "vs previous step": decision_report.choice_words(d) if d else widgets.MISSING,
-            "accuracy": widgets.pct(row["accuracy"]), "95% CI": row["95% CI"],
+            "accuracy (95% CI)": f"{widgets.pct(row['accuracy'])} ({row['95% CI']})",
             "task time vs prev": _time_cell(d),
             "tokens vs prev": f"{d.token_ratio:.2f}x" if d and d.token_ratio else widgets.MISSING,
             f"{workload} tok/s": f"{speed.effective_tps:.0f}" if speed else widgets.MISSING,
-            "errors": str(row["errors"]), "truncated": str(row["truncated"]),
-            "mean tokens": widgets.num(row["mean tokens"]), "median tokens": widgets.num(row["median tokens"]),
+            "errors / truncated": f"{row['errors']} / {row['truncated']}",
+            "tokens mean / median": f"{widgets.num(row['mean tokens'])} / {widgets.num(row['median tokens'])}",
             "scored": str(row["scored"]), "run": str(row["run"]),
         })
     return pd.DataFrame(rows)

@@ -26,7 +26,7 @@ def length_table(length: output_length.LengthInflation) -> pd.DataFrame:
             "median item ratio": widgets.num(part.median_item_ratio, 3),
             "Wilcoxon p": accuracy_report.format_p(part.wilcoxon_p) if part.wilcoxon_p is not None else widgets.MISSING,
         })
-    return pd.DataFrame(rows).set_index("items")
+    return pd.DataFrame(rows)
 
 
 OUTCOME_STYLE = {  # the disagreements stand out; agreement is grey and small
@@ -114,7 +114,7 @@ def main() -> None:
         st.warning(problem)
     if length is not None:
         st.subheader(f"Output length, {pair.b} against {pair.a} ({pair.task})")
-        st.table(length_table(length))
+        widgets.table(length_table(length))
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
         paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LADDER_ITEM_COLUMNS)

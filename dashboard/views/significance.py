@@ -11,9 +11,9 @@ from evalsvc.decision import compare
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import paired_tests
 
-# The verdict first: at 1,280 px a person sees what was decided before the figures behind it.
-REPORT_COLUMNS = ("verdict", "task", "step A", "step B", "B-A", "95% CI", "p exact", "p Holm", "MDE", "acc A",
-                  "acc B", "n", "vs")
+# The verdict first: a person sees what was decided before the figures behind it; twelve columns fit 1,280 px.
+REPORT_COLUMNS = ("verdict", "task", "step A", "step B", "B-A", "95% CI", "p exact", "p Holm", "MDE",
+                  "accuracy A, B", "n", "vs")
 COUNT_COLUMNS = ("task", "step A", "step B", "n", "both", "A only", "B only", "neither")
 
 
@@ -27,7 +27,7 @@ def report_table(report: compare.LadderReport) -> pd.DataFrame:
             "task": c.task, "step A": entry.step_a, "step B": entry.step_b, "vs": entry.kind,
             **{k: cells[k] for k in ("n", "both", "A only", "B only", "neither", "acc A", "acc B", "B-A", "95% CI",
                                      "p exact", "MDE", "verdict")},
-            "p Holm": accuracy_report.format_p(entry.p_holm),
+            "p Holm": accuracy_report.format_p(entry.p_holm), "accuracy A, B": f"{cells['acc A']}, {cells['acc B']}",
         })
     return pd.DataFrame(rows, columns=list(dict.fromkeys(REPORT_COLUMNS + COUNT_COLUMNS)))
 
@@ -67,7 +67,7 @@ def render_pair(url: str, runs: pd.DataFrame, steps: list[str], report: compare.
                     + " (Not one of the ladder's comparisons: no Holm p.)")
     left, right = st.columns([1, 2])
     with left:
-        st.table(table_2x2(pair, comparison.table))
+        widgets.table(table_2x2(pair, comparison.table).reset_index(names=""))
     with right:
         st.markdown(f"**Verdict: {widgets.esc(accuracy_report.verdict_label(comparison))}**")
         st.markdown(widgets.esc(sentence))
@@ -82,7 +82,7 @@ def render_noise(url: str, runs: pd.DataFrame) -> None:
                 "settings; the share of items that flip between the two runs is the noise floor.")
         return
     shown = floor.assign(**{"flip rate": floor["flip rate"].map(widgets.pct)})
-    st.table(shown.set_index("endpoint"))
+    widgets.table(shown)
     st.caption("A comparison whose disagreements are no more than these flips could be run-to-run noise.")
 
 

@@ -52,22 +52,33 @@ def open_app(monkeypatch: pytest.MonkeyPatch, db: str, page: str | None = None, 
     return at
 
 
-def table_frame(at: AppTest, index: int) -> pd.DataFrame:
-    return at.table[index].value
-
-
 def grid_frame(at: AppTest, index: int) -> pd.DataFrame:
     return at.dataframe[index].value
 
 
-def _unescape(value: object) -> object:
-    return re.sub(r"\\(.)", r"\1", value) if isinstance(value, str) else value
+def _unescape(cell: str) -> str:
+    return re.sub(r"\\(.)", r"\1", cell)
+
+
+def _cells(line: str) -> list[str]:
+    return [_unescape(cell) for cell in line[2:-2].split(" | ")]
+
+
+def shown_tables(at: AppTest) -> list[pd.DataFrame]:
+    """Every `widgets.table` of the page (Markdown tables), in order, as a person reads them: escapes removed."""
+    found = []
+    for element in at.markdown:
+        lines = element.value.splitlines()
+        if len(lines) >= 2 and lines[0].startswith("| ") and lines[1].replace("|", "").split() == ["---"] * (
+                lines[1].count("|") - 1):
+            found.append(pd.DataFrame([_cells(line) for line in lines[2:]], columns=_cells(lines[0])))
+    return found
 
 
 def shown_table(at: AppTest, index: int, by: str | None = None) -> pd.DataFrame:
-    """A `widgets.table` as a person reads it: its Markdown escapes removed; indexed `by` a column if given."""
-    frame = at.table[index].value.map(_unescape).rename(columns=_unescape)
-    return frame.set_index(by) if by else frame
+    """The page's `index`th `widgets.table`, indexed `by` a column if given."""
+    frame = shown_tables(at)[index]
+    return frame.set_index(by) if by is not None else frame
 
 
 # --- ladder ----------------------------------------------------------------------------
@@ -99,6 +110,30 @@ def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyP
     chat_time = (sum(0.05 + (205 + p) / (280 + p % 5) for p in range(20))
                  / sum(0.05 + (210 + p) / (240 + p % 5) for p in range(20)))
     assert f"task time B/A {chat_time:.3f}x".replace(".", r"\.") in chat
+
+
+def test_the_warm_up_computes_what_every_page_opens_on(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    """What `dashboard.serve` computes while the server starts is what each page's first view asks for, with
+    the same cache keys: opening any page afterwards reads no items and computes no ladder, pair or flip rate."""
+    import streamlit as st
+
+    from evalsvc.decision import build
+    from evalsvc.statistics import paired_tests, pairing
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    data.warm_up(data.db_url(["--db", seeded_db]))
+    computed: list[str] = []
+    for module, name in ((build, "build_ladder"), (build, "pair_tokens"), (queries, "items_frame"),
+                         (queries, "items_frames"), (pairing, "pair_runs"), (paired_tests, "flip_rate")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, _n=name, **k: computed.append(_n) or _f(*a, **k))
+    for page in (None, "views/disagreements.py", "views/significance.py", "views/length_time.py"):
+        open_app(monkeypatch, seeded_db, page)
+    assert computed == []
+    # And the check can fail: another pair than the default one is computed on the spot.
+    open_app(monkeypatch, seeded_db, "views/disagreements.py", task="humaneval", a="int4", b="int4-spec")
+    assert "pair_runs" in computed
 
 
 def test_ladder_without_chat_speeds_says_how_to_measure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -193,16 +228,17 @@ def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, se
     assert list(gsm8k.index) == list(seed.STEPS)
     kernel = [seed.kernel_math(i) for i in range(seed.GSM8K_N)]
     scored = [o for o in kernel if o.error is None]
-    assert gsm8k.loc["int4-spec-kernel", "accuracy"] == f"{100 * sum(o.correct for o in scored) / len(scored):.1f}%"
-    assert gsm8k.loc["int4-spec-kernel", "truncated"] == str(sum(o.finish_reason == "length" for o in kernel))
-    assert gsm8k.loc["int4-spec-kernel", "errors"] == "1"
+    assert gsm8k.loc["int4-spec-kernel", "accuracy (95% CI)"].startswith(
+        f"{100 * sum(o.correct for o in scored) / len(scored):.1f}% (")
+    truncated = sum(o.finish_reason == "length" for o in kernel)
+    assert gsm8k.loc["int4-spec-kernel", "errors / truncated"] == f"1 / {truncated}"
     bf16_tokens = pd.Series([seed.bf16_math(i).tokens for i in range(seed.GSM8K_N)])
-    assert gsm8k.loc["bf16", "mean tokens"] == f"{bf16_tokens.mean():.1f}"
-    assert gsm8k.loc["bf16", "median tokens"] == f"{bf16_tokens.median():.1f}"
+    assert gsm8k.loc["bf16", "tokens mean / median"] == f"{bf16_tokens.mean():.1f} / {bf16_tokens.median():.1f}"
     assert gsm8k.loc["int4", "math tok/s"] == "180"
     assert gsm8k.loc["int4-spec", "task time vs prev"].startswith(f"{180 / 270:.3f}x")
     humaneval = shown_table(at, 4, by="step")
-    assert list(humaneval["accuracy"]) == ["61.0%", "61.0%", "61.0%", f"{100 * 98 / 164:.1f}%"]
+    assert [cell.split(" ")[0] for cell in humaneval["accuracy (95% CI)"]] == [
+        "61.0%", "61.0%", "61.0%", f"{100 * 98 / 164:.1f}%"]
     assert humaneval.loc["int4", "tokens vs prev"] == "1.21x"
 
 
@@ -338,9 +374,11 @@ def test_humaneval_detail_shows_the_test_outcome(monkeypatch: pytest.MonkeyPatch
 
 def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db, "views/significance.py", task="gsm8k", a="int4-spec", b="int4-spec-kernel")
-    two_by_two = table_frame(at, 0)
+    two_by_two = shown_table(at, 0, by="")
     # Paired on 399 items (the kernel's error dropped): 300 both right, 20 only A, 0 only B, 79 neither.
-    assert two_by_two.values.tolist() == [[300, 20], [0, 79]]
+    assert list(two_by_two.columns) == ["int4-spec-kernel right", "int4-spec-kernel wrong"]
+    assert two_by_two.loc["int4-spec right"].tolist() == ["300", "20"]
+    assert two_by_two.loc["int4-spec wrong"].tolist() == ["0", "79"]
     assert any(m.value == "**Verdict: worse**" for m in at.markdown)
     report = shown_table(at, 1)
     previous = report[report["vs"] == "previous"]
@@ -355,9 +393,9 @@ def test_significance_shows_the_2x2_table_and_verdict(monkeypatch: pytest.Monkey
 
 def test_significance_noise_floor_from_the_repeat_run(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db, "views/significance.py")
-    floor = table_frame(at, 3)
+    floor = shown_table(at, 3, by="endpoint")
     flips = sum(seed.bf16_math(i).correct != seed.bf16_math(i, repeat=1).correct for i in range(seed.GSM8K_N))
-    assert floor.loc["bf16", "flips"] == flips == 4
+    assert floor.loc["bf16", "flips"] == str(flips) == "4"
     assert floor.loc["bf16", "flip rate"] == f"{100 * flips / seed.GSM8K_N:.1f}%"
 
 
@@ -370,7 +408,7 @@ def test_length_and_time_for_the_worked_example(monkeypatch: pytest.MonkeyPatch,
     assert metrics["task time B/A"] == f"{(242 / 252) / (200 / 226):.3f}"
     assert metrics["output tokens B/A"] == "1.21x"
     assert metrics["decode speed B/A"] == f"{252 / 226:.2f}x"
-    length = table_frame(at, 0)
+    length = shown_table(at, 0, by="items")
     assert length.loc["all paired items", "B/A (ratio of means)"] == f"{242 / 200:.3f}"
     decisions = shown_table(at, 1)
     code = decisions[decisions["workload"] == "code"].set_index("step N")
@@ -482,7 +520,7 @@ def test_evaluate_page_shows_a_run_whose_runner_died_as_stalled(
     at = open_app(monkeypatch, db, "views/evaluate.py")
     assert "Stalled runs" in [h.value for h in at.subheader]
     assert "Runs being written" not in [h.value for h in at.subheader]
-    listed = table_frame(at, 0)
+    listed = shown_table(at, 0)
     assert list(listed["endpoint"]) == ["killed-step", "killed-step"]
     # the sandbox each run's code ran in; a GSM8K run runs none
     assert dict(zip(listed["task"], listed["isolation"])) == {"gsm8k": "n/a", "humaneval": "process"}

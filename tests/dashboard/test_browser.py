@@ -189,18 +189,20 @@ CUT_OFF_JS = """() => {
     const main = document.querySelector('[data-testid="stMain"] [data-testid="stMainBlockContainer"]')
         .getBoundingClientRect();
     const cut = [];
-    for (const table of document.querySelectorAll('[data-testid="stTable"]')) {
-        const box = table.querySelector('table').getBoundingClientRect();
+    const tables = document.querySelectorAll('[data-testid="stMarkdownContainer"] table');
+    for (const table of tables) {
+        const box = table.getBoundingClientRect();
         if (box.width === 0) continue;  // in a closed expander
+        const holder = table.closest('[data-testid="stMarkdownContainer"]');
         const heads = [...table.querySelectorAll('th')].map(th => th.innerText.trim());
-        if (box.right > main.right + 1 || table.scrollWidth > table.clientWidth + 1)
+        if (box.right > main.right + 1 || holder.scrollWidth > holder.clientWidth + 1)
             cut.push('table ' + heads.join('|') + ' ends at ' + Math.round(box.right) + ' px');
     }
     for (const chart of document.querySelectorAll('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg')) {
         const box = chart.getBoundingClientRect();
         if (box.width > 0 && box.right > main.right + 1) cut.push('chart ends at ' + Math.round(box.right) + ' px');
     }
-    return {cut: cut, right: main.right, tables: document.querySelectorAll('[data-testid="stTable"]').length};
+    return {cut: cut, right: main.right, tables: tables.length};
 }"""
 
 
@@ -244,9 +246,12 @@ def test_from_which_step_to_ship_to_the_evidence(page: Page, seeded_app: str, ar
     shoot(page, artifacts, "03_significance")
 
 
+TABLES = '[data-testid="stMarkdownContainer"] table'
+
+
 def tables_text(page: Page) -> str:
-    """Text of every static table on the page (`widgets.table`: cells wrap, nothing is cut)."""
-    return "\n".join(page.locator('[data-testid="stTable"]').all_inner_texts())
+    """Text of every table on the page (`widgets.table`, Markdown: cells wrap, nothing is cut)."""
+    return "\n".join(page.locator(TABLES).all_inner_texts())
 
 
 def wait_charts(page: Page) -> None:
@@ -260,7 +265,7 @@ def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Pat
     page.goto(seeded_app)
     open_page(page, "Ladder")
     page.get_by_text("All 3 step-to-step decisions for code").click()
-    expect(page.locator('[class*="st-key-ship_code"] [data-testid="stTable"]')).to_be_visible()
+    expect(page.locator(f'[class*="st-key-ship_code"] {TABLES}')).to_be_visible()
     ladder = tables_text(page)
     for figure in ("80.0%", "75.2%", "61.0%", "59.8%", "174.5", "183.5"):
         assert figure in ladder, figure
