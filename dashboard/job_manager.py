@@ -79,6 +79,7 @@ class Job:
     pid: int | None = None
     returncode: int | None = None
     finished_at: float | None = None
+    workload: str | None = None  # the workload a speed job measures; None for an evaluation (of `tasks`)
 
     @property
     def state(self) -> str:
@@ -185,8 +186,8 @@ def start_job(request: EvalRequest | SpeedRequest, db_url: str, api_key: str | N
     job_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{time.monotonic_ns() % 100000}"
     speed = isinstance(request, SpeedRequest)
     argv = speed_argv(request) if speed else run_argv(request)
-    tasks = (f"speed:{request.workload}",) if speed else request.tasks
-    job = Job(job_id=job_id, endpoint=request.endpoint, tasks=tasks, argv=tuple(argv),
+    tasks, workload = ((), request.workload) if speed else (request.tasks, None)
+    job = Job(job_id=job_id, endpoint=request.endpoint, tasks=tasks, workload=workload, argv=tuple(argv),
               started_at=time.time(), log_path=str(folder / f"{job_id}.log"))
     job_file = folder / f"{job_id}.json"
     _write(job_file, job)

@@ -22,6 +22,7 @@ EXIT_HANGUP = 129  # 128 + SIGHUP: stopped as by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped as by Ctrl-C
 
 RESUME_HINT = "finished items are stored, run the same command to resume"  # said on every interrupt
+ERROR_LABEL = "error"  # a command that fails ends with one line on stderr: "error: <what happened and what to do>"
 
 EXIT_CODES = {
     EXIT_OK: "ok",

@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import analysis, data, job_manager, widgets
 from db.engine import StoreError
+from harness.errors import ERROR_LABEL
 from harness.tasks import TASK_NAMES
 from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
 
@@ -121,8 +122,8 @@ JOB_STATES = {
 def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> None:
     """One job: its state in words, a progress bar per run, accuracy and links when done, the end of its log."""
     when = datetime.fromtimestamp(job.started_at).strftime("%Y-%m-%d %H:%M:%S")
-    speed = job.tasks and job.tasks[0].startswith("speed:")
-    what = f"speed of {job.endpoint} ({job.tasks[0].removeprefix('speed:')})" if speed else job.endpoint
+    speed = job.workload is not None
+    what = f"speed of {job.endpoint} ({job.workload})" if speed else job.endpoint
     with st.container(border=True, key=f"job_{job.job_id}"):
         st.markdown(f"**{widgets.esc(what)}**: {job.state} (started {when})")
         st.caption(JOB_STATES.get(job.state, ""))
@@ -139,8 +140,9 @@ def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> No
 
 def error_line(log_text: str) -> str | None:
     """The CLI's own last `error:` line of a job's log (it says what went wrong and what to do), if any."""
-    found = [line for line in log_text.splitlines() if line.startswith("error: ")]
-    return found[-1].removeprefix("error: ") if found else None
+    head = f"{ERROR_LABEL}: "
+    found = [line for line in log_text.splitlines() if line.startswith(head)]
+    return found[-1].removeprefix(head) if found else None
 
 
 def render_run(run: pd.Series, endpoint: str, order: list[str]) -> None:

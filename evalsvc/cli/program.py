@@ -25,7 +25,7 @@ from evalsvc.cli.startup import interrupted_while_loading
 from evalsvc.run.interrupts import STOP_SIGNALS, exit_code, stop_signals_as_interrupt
 from evalsvc.run.runner import RunInterrupted
 from evalsvc.run.status import show_status_on_stderr
-from harness.errors import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RESUME_HINT, UserError
+from harness.errors import ERROR_LABEL, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RESUME_HINT, UserError
 from harness.redact import install_redaction, mask_text
 
 COMMANDS: list[click.Command] = [
@@ -48,7 +48,7 @@ def _say(message: str, label: str) -> None:
         click.echo(mask_text(f"{label}: {line}"), err=True)
 
 
-def _fail(message: str, code: int, label: str = "error") -> NoReturn:
+def _fail(message: str, code: int, label: str = ERROR_LABEL) -> NoReturn:
     """The one way a command ends on an error: its line, then the exit code."""
     _say(message, label)
     sys.exit(code)

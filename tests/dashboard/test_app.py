@@ -598,6 +598,8 @@ def test_a_failed_job_shows_its_error_line_above_the_log(monkeypatch: pytest.Mon
     errors = [e.value for e in again.error]
     assert len(errors) == 1 and "http://127.0.0.1:1/v1" in errors[0], errors
     assert errors[0] in job_manager.log_tail(jobs[0]) and not errors[0].startswith("error:")
+    assert (jobs[0].workload, jobs[0].tasks) == ("math", ())  # a speed job says so as data, not as a task name
+    assert any(m.value.startswith(r"**speed of gone\-step \(math\)**: failed") for m in again.markdown)
 
 
 @pytest.mark.slow
