@@ -108,6 +108,13 @@ def stored_count(db: str) -> int:
         return 0
 
 
+def copy_store(source: str, target: str) -> str:
+    """Copy the SQLite store at `source` to `target` with SQLite's backup (its write-ahead log included)."""
+    with sqlite3.connect(source) as original, sqlite3.connect(target) as copy:
+        original.backup(copy)
+    return target
+
+
 def run_cli(*args: str) -> Result:
     """Invoke the CLI in-process; exceptions other than exits propagate."""
     from evalsvc.cli import main

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from statsmodels.stats.contingency_tables import mcnemar
 
-from tests.conftest import run_cli, store_run
+from tests.conftest import copy_store, run_cli, store_run
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +24,8 @@ def stored_ladder(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def ladder_db(stored_ladder: str, db_path: str) -> str:
-    """A copy of the stored ladder each test may change (SQLite's backup: the WAL is part of the store)."""
-    with sqlite3.connect(stored_ladder) as source, sqlite3.connect(db_path) as copy:
-        source.backup(copy)
-    return db_path
+    """A copy of the stored ladder each test may change."""
+    return copy_store(stored_ladder, db_path)
 
 
 def table_from_sqlite(db: str, a: str, b: str) -> tuple[int, int, int, int]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.conftest import GSM8K_TEST, run_cli, store_run
+from tests.conftest import GSM8K_TEST, copy_store, run_cli, store_run
 from tests.fake_openai import FakeOpenAI, StreamScript
 
 TOKENS = 20
@@ -37,9 +37,23 @@ def measure(db: str, name: str, workload: str, interval_s: float) -> Measured:
     return Measured(json.loads(result.stdout), server)
 
 
-def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
-    store_run(db_path, "step3", lambda q: len(q) % 4 == 0, lambda q: 40)
-    store_run(db_path, "step4", lambda q: len(q) % 4 == 0, lambda q: 40)
+@pytest.fixture(scope="module")
+def stored_steps(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """step3 and step4 with the same answers and lengths, stored through the CLI once for the module."""
+    db = str(tmp_path_factory.mktemp("steps") / "evalsvc.db")
+    store_run(db, "step3", lambda q: len(q) % 4 == 0, lambda q: 40)
+    store_run(db, "step4", lambda q: len(q) % 4 == 0, lambda q: 40)
+    return db
+
+
+@pytest.fixture
+def steps_db(stored_steps: str, db_path: str) -> str:
+    """A copy of the two stored steps each test may change."""
+    return copy_store(stored_steps, db_path)
+
+
+def test_speed_measures_and_decide_uses_it(steps_db: str) -> None:
+    db_path = steps_db
     # Nominal 50 against 400 tok/s: a busy machine can slow the fast pacing a lot before the ratio nears 0.8.
     slow = measure(db_path, "step3", "math", 0.02)
     fast = measure(db_path, "step4", "math", 0.0025)
@@ -59,9 +73,8 @@ def test_speed_measures_and_decide_uses_it(db_path: str) -> None:
     assert decisions["code"]["take_b"] is None
 
 
-def test_chat_answers_cut_by_the_cap_are_reported_and_refuse_the_chat_decision(db_path: str) -> None:
-    store_run(db_path, "step3", lambda q: len(q) % 4 == 0, lambda q: 40)
-    store_run(db_path, "step4", lambda q: len(q) % 4 == 0, lambda q: 40)
+def test_chat_answers_cut_by_the_cap_are_reported_and_refuse_the_chat_decision(steps_db: str) -> None:
+    db_path = steps_db
     for name in ("step3", "step4"):
         with StreamScript(ttft_s=0.02, interval_s=0.002, n_tokens=40).server() as server:
             text = run_cli("speed", "--endpoint", name, "--url", server.base_url, "--new-url", "--model", "fake-model",
