@@ -163,7 +163,6 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024  # frames the trusted side writes (a job carr
 MAX_REPLY_BYTES = 1024 * 1024
 MAX_REPLY_VALUES = 200_000
 MAX_HASHED_VALUES = 4096
-MAX_VERDICT_BYTES = 256 * 1024  # what the harness reads from a worker
 MAX_SOLUTION_CHARS = 1_000_000
 MAX_MESSAGE_CHARS = 2000  # an error message in a verdict
 MAX_TYPE_CHARS = 100  # an error type name in a verdict
@@ -1035,11 +1034,6 @@ def require_isolation(isolation: Isolation) -> Isolation:
             "(only for models you trust)"
         )
     return isolation
-
-
-def default_isolation() -> Isolation:
-    """`bwrap`, when it works here; raises `SandboxError` when it does not."""
-    return require_isolation("bwrap")
 
 
 def forget_bwrap_probe() -> None:

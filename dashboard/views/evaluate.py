@@ -13,6 +13,7 @@ from db.engine import StoreError
 from harness.errors import ERROR_LABEL
 from harness.tasks import TASK_NAMES
 from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
+from harness.types import DecodingSettings
 
 REFRESH_S = 2.0
 
@@ -38,7 +39,8 @@ def render_form(url: str) -> None:
                                        "tests are run (code workload). One task or both.")
         limit = left.number_input("Questions per task (0 = all: 400 GSM8K, 164 HumanEval)", 0, 10_000, 0,
                                   key="ev_limit")
-        max_tokens = right.number_input("Longest answer, in tokens (max tokens)", 16, 65_536, 2048, key="ev_max_tokens",
+        max_tokens = right.number_input("Longest answer, in tokens (max tokens)", 16, 65_536,
+                                        DecodingSettings().max_tokens, key="ev_max_tokens",
                                         help="Answers cut at this length are marked; keep it the same on every step.")
         templates = ["the task's default"] + [t for names in template_choices().values() for t in names]
         template = left.selectbox("Prompt template", templates, key="ev_template",
