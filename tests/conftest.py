@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -113,6 +114,13 @@ def copy_store(source: str, target: str) -> str:
     with sqlite3.connect(source) as original, sqlite3.connect(target) as copy:
         original.backup(copy)
     return target
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_cli(*args: str) -> Result:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 
 from evalsvc.cli.dashboard import streamlit_argv
 from evalsvc.machine.doctor import CHROMIUM_ENV, chromium_path
-from tests.conftest import needs_tool
+from tests.conftest import free_port, needs_tool
 from tests.dashboard import seed
 
 pytest.importorskip("playwright.sync_api", reason="playwright is needed for the browser tests (pip install playwright)")
@@ -43,12 +42,6 @@ expect.set_options(timeout=30_000)
 RENDER_TIMEOUT_MS = 90_000
 
 pytestmark = [pytest.mark.slow, needs_tool(CHROMIUM, CHROMIUM_INSTALL)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch_streamlit(db: str, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -5,19 +5,47 @@ Slow (a real model on the CPU), run in CI."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 from evalsvc.engine.demo import embedded_ladder_path
-from tests.conftest import GSM8K_TEST, run_cli_process
+from evalsvc.ladder.file import load_ladder
+from tests.conftest import GSM8K_TEST, free_port, run_cli_process
 
 STEPS = ["q4_1", "q4_1+prompt-lookup", "q4_0-pure+prompt-lookup"]
 
 
+def on_free_ports(folder: Path) -> Path:
+    """The shipped embedded ladder with its fixed ports swapped for free ones, so that two suites on one machine
+    never meet on 8391-8393 (the demo keeps the shipped file)."""
+    text = embedded_ladder_path().read_text(encoding="utf-8")
+    fixed = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
+    chosen: set[int] = set()
+    while len(chosen) < len(fixed):
+        chosen.add(free_port())
+    for port, free in zip(fixed, sorted(chosen)):
+        text = re.sub(rf"\b{port}\b", str(free), text)
+    path = folder / "embedded-cpu.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_copy_on_free_ports_differs_from_the_shipped_ladder_only_in_its_ports(tmp_path: Path) -> None:
+    shipped, copy = load_ladder(embedded_ladder_path()), load_ladder(on_free_ports(tmp_path))
+    ports = [int(re.search(r":(\d+)/", step.base_url).group(1)) for step in copy.steps]
+    assert [s.name for s in copy.steps] == [s.name for s in shipped.steps] == STEPS
+    assert len(set(ports)) == 3 and not {8391, 8392, 8393} & set(ports)
+    for step, port in zip(copy.steps, ports):
+        assert step.launch is not None and f"--port {port}" in " ".join(step.launch.command)
+        assert step.launch.health_url == f"http://127.0.0.1:{port}/v1/models"
+
+
 @pytest.mark.slow
-def test_embedded_ladder_runs_three_real_steps_then_reuses_them(db_path: str) -> None:
-    args = ["ladder", "run", str(embedded_ladder_path()), "--task", "gsm8k", "--limit", "3",
+def test_embedded_ladder_runs_three_real_steps_then_reuses_them(db_path: str, tmp_path: Path) -> None:
+    args = ["ladder", "run", str(on_free_ports(tmp_path)), "--task", "gsm8k", "--limit", "3",
             "--max-tokens", "192", "--concurrency", "1", "--data", GSM8K_TEST, "--db", db_path, "--json"]
     first = run_cli_process(*args, timeout=1500)
     assert first.returncode == 0, first.stderr[-3000:]

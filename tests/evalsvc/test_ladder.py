@@ -28,6 +28,7 @@ from evalsvc.ladder.launch import (
     launch_step,
     port_is_free,
 )
+from tests.conftest import free_port
 
 LADDERS = Path(__file__).resolve().parents[2] / "evalsvc" / "ladder" / "builtin"
 
@@ -232,12 +233,6 @@ SERVER_SCRIPT = textwrap.dedent(
     http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_step(tmp_path: Path, behaviour: str, timeout_s: float = 20.0, port: int | None = None) -> LadderStep:
