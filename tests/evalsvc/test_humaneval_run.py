@@ -136,6 +136,7 @@ def _without_bwrap(tmp_path: Path, shadow: bool) -> dict[str, str]:
     return {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT), "EVALSVC_HOME": str(tmp_path / "home")}
 
 
+@pytest.mark.slow  # a CLI process per case
 @pytest.mark.parametrize("shadow", [False, True], ids=["missing", "broken"])
 def test_without_bubblewrap_the_demo_stops_before_building_anything(tmp_path: Path, shadow: bool) -> None:
     """No silent fallback: the demo says what to install and builds, launches and scores nothing."""

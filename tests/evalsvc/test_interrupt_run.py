@@ -103,6 +103,7 @@ main(sys.argv[1:], prog_name="evalsvc")
 """
 
 
+@pytest.mark.slow  # a CLI process per case
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_after_the_command_finished_still_ends_in_one_line_and_its_exit_code(
         sig: signal.Signals, tmp_path: Path) -> None:
@@ -136,6 +137,7 @@ main(sys.argv[1:], prog_name="evalsvc")
 """
 
 
+@pytest.mark.slow  # a CLI process per case
 def test_ctrl_c_while_the_command_line_loads_ends_in_one_line_and_130(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_LOADING, "runs", "--db", str(tmp_path / "x.db")],
