@@ -43,7 +43,7 @@ def preload() -> None:
     import streamlit.web.bootstrap  # noqa: F401  (the server)
 
     import dashboard.analysis  # noqa: F401
-    import dashboard.background  # noqa: F401
+    import dashboard.job_manager  # noqa: F401
     import dashboard.widgets  # noqa: F401
     import evalsvc.decision.build  # noqa: F401
     import evalsvc.report.decision_report  # noqa: F401
