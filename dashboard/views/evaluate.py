@@ -11,7 +11,7 @@ import streamlit as st
 from dashboard import analysis, data, job_manager, widgets
 from db.engine import StoreError
 from harness.errors import ERROR_LABEL
-from harness.tasks import TASK_NAMES
+from harness.tasks import TASK_NAMES, WORKLOADS
 from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
 from harness.types import DecodingSettings
 
@@ -84,7 +84,7 @@ def render_speed_form(url: str, runs: pd.DataFrame) -> None:
     with st.form("speed", border=True):
         left, middle, right = st.columns(3)
         step = left.selectbox("Step", steps, key="sp_step")
-        workload = middle.selectbox("Workload", ["math", "code", "chat"], key="sp_workload")
+        workload = middle.selectbox("Workload", list(WORKLOADS), key="sp_workload")
         limit = right.number_input("Prompts to time", 2, 500, 20, key="sp_limit")
         tps = left.number_input("Or: decode tokens per second from a vendor table (0 = measure)", 0.0, 100_000.0,
                                 0.0, key="sp_tps")
