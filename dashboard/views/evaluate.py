@@ -11,7 +11,7 @@ import streamlit as st
 from dashboard import analysis, data, job_manager, widgets
 from db.engine import StoreError
 from harness.errors import ERROR_LABEL
-from harness.tasks import TASK_NAMES, WORKLOADS
+from harness.tasks import TASK_NAMES, WORKLOADS, default_items_text
 from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
 from harness.types import DecodingSettings
 
@@ -37,7 +37,7 @@ def render_form(url: str) -> None:
         tasks = right.multiselect("Tasks", list(TASK_NAMES), default=[TASK_NAMES[0]], key="ev_tasks",
                                   help="GSM8K: grade-school math (math workload); HumanEval: Python problems whose "
                                        "tests are run (code workload). One task or both.")
-        limit = left.number_input("Questions per task (0 = all: 400 GSM8K, 164 HumanEval)", 0, 10_000, 0,
+        limit = left.number_input(f"Questions per task (0 = all: {default_items_text()})", 0, 10_000, 0,
                                   key="ev_limit")
         max_tokens = right.number_input("Longest answer, in tokens (max tokens)", 16, 65_536,
                                         DecodingSettings().max_tokens, key="ev_max_tokens",

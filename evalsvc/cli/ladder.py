@@ -16,7 +16,7 @@ from evalsvc.engine.demo import demo_sizes, run_demo
 from evalsvc.ladder.file import Ladder
 from evalsvc.ladder.run import LadderPlan, StepOutcome, run_ladder_file, speed_workloads
 from evalsvc.run.runner import RunFailed, RunSpec
-from harness.tasks import TASK_NAMES
+from harness.tasks import TASK_NAMES, default_items_text
 from harness.types import DecodingSettings
 
 
@@ -93,7 +93,7 @@ def print_text(store: Store, report: Any, outcomes: list[StepOutcome]) -> None:
 
 
 @click.command("demo")
-@click.option("--full", is_flag=True, help="All 400 GSM8K questions and 164 HumanEval problems (hours on a CPU).")
+@click.option("--full", is_flag=True, help=f"Every default item: {default_items_text()} (hours on a CPU).")
 @click.option("--data", type=click.Path(), help="GSM8K file or folder, or 'hub' (default: the copy shipped with evalsvc).")
 @click.option("--no-progress", is_flag=True)
 @ISOLATION_OPTION

@@ -15,7 +15,7 @@ from evalsvc.report.token_counts import token_warning
 from evalsvc.run.runner import RunFailed, RunOutcome, RunSpec, check_limits, run_evaluation
 from harness.client import API_KEY_ENV
 from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
-from harness.tasks import TASK_NAMES
+from harness.tasks import TASK_NAMES, default_items_text
 from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
 from harness.types import DecodingSettings
 
@@ -117,7 +117,7 @@ def task_list(task: str) -> list[str]:
               help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1.")
 @click.option("--model", required=True, help="Model id as /v1/models lists it.")
 @click.option("--task", default="gsm8k", show_default=True, type=click.Choice([*TASK_NAMES, "all"]))
-@click.option("--limit", type=click.IntRange(min=1), help="First N items (default: 400 GSM8K, 164 HumanEval).")
+@click.option("--limit", type=click.IntRange(min=1), help=f"First N items (default: {default_items_text()}).")
 @click.option("--data", type=click.Path(), help="GSM8K file or folder (JSONL, .jsonl.gz or parquet), or 'hub' for openai/gsm8k through `datasets` "
               f"(default: ${GSM8K_DATA_ENV}, else the copy shipped with evalsvc).")
 @click.option("--template", help="Prompt template name (default: the task's chat template).")

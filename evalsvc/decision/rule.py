@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from evalsvc.statistics import paired_tests
+from harness.tasks import TEST_SET_SIZE  # "more items" cannot go past these
 
 CONFIDENCE = 0.95
 DEFAULT_MARGIN = 0.02
 POWER = 0.8
-# Test-set sizes: "more items" cannot go past these.
-TASK_SIZES = {"gsm8k": 1319, "humaneval": 164}
 _MAX_PROJECTED_ITEMS = 10_000_000
 
 RULE_TEXT = (
@@ -170,7 +169,7 @@ def settle(table: paired_tests.Table2x2, margin: float, task: str) -> Settle:
     agreeing = paired_tests.Table2x2(table.both_correct + table.a_only, 0, 0, table.neither + table.b_only)
     return Settle(
         n=table.n, margin=margin, smallest_margin=max(0.0, -ci.low), best_margin=max(0.0, -interval(agreeing).low),
-        items_needed=_items_needed(table, margin), items_available=TASK_SIZES.get(task),
+        items_needed=_items_needed(table, margin), items_available=TEST_SET_SIZE.get(task),
     )
 
 

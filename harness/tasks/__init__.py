@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from harness.tasks.base import PromptTemplate, Task, TaskError, pick_template
+from harness.tasks.base import (
+    DEFAULT_ITEMS, TASK_TITLES, TEST_SET_SIZE, PromptTemplate, Task, TaskError, default_items_text, pick_template,
+)
 
 # The speed workload whose batch-1 timing applies to each task's answers. Chat is a workload with no task of
 # its own (its prompts are a chat set) whose accuracy stands in from a task; this map is the one place to say so.
@@ -36,6 +38,6 @@ def get_task(name: str, isolation: str = "bwrap") -> Task:
 
 
 __all__ = [
-    "TASK_NAMES", "TASK_WORKLOAD", "WORKLOADS", "PromptTemplate", "Task", "TaskError", "get_task", "pick_template",
-    "task_of", "workload_of",
+    "DEFAULT_ITEMS", "TASK_NAMES", "TASK_TITLES", "TASK_WORKLOAD", "TEST_SET_SIZE", "WORKLOADS", "PromptTemplate", "Task",
+    "TaskError", "default_items_text", "get_task", "pick_template", "task_of", "workload_of",
 ]

@@ -9,6 +9,18 @@ from harness.errors import UserError
 from harness.types import Completion, ItemResult, Mode, Request, Sample
 
 
+# Items in each task's test set (more items can never be asked for), and how many a run evaluates when no
+# --limit is given: GSM8K's first 400 of 1,319 test questions, all 164 HumanEval problems.
+TEST_SET_SIZE = {"gsm8k": 1319, "humaneval": 164}
+DEFAULT_ITEMS = {"gsm8k": 400, "humaneval": 164}
+TASK_TITLES = {"gsm8k": "GSM8K", "humaneval": "HumanEval"}  # how a sentence names the benchmark
+
+
+def default_items_text() -> str:
+    """'400 GSM8K, 164 HumanEval': what a run evaluates per task by default, for help texts."""
+    return ", ".join(f"{n} {TASK_TITLES[task]}" for task, n in DEFAULT_ITEMS.items())
+
+
 class TaskError(UserError):
     """A task cannot be set up (missing data file, unknown template)."""
 

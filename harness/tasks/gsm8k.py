@@ -20,13 +20,13 @@ from importlib import resources
 from pathlib import Path
 from typing import IO
 
-from harness.tasks.base import PromptTemplate, TaskError
+from harness.tasks.base import DEFAULT_ITEMS, PromptTemplate, TaskError
 from harness.types import Completion, ItemResult, Request, Sample, stable_hash
 
 HUB_DATASET = ("openai/gsm8k", "main")
 HUB_SOURCE = "hub"  # `--data hub`: load HUB_DATASET through `datasets` instead of a file
 DATA_ENV = "EVALSVC_GSM8K_DATA"
-DEFAULT_LIMIT = 400
+DEFAULT_LIMIT = DEFAULT_ITEMS["gsm8k"]
 N_SHOT = 8
 
 _NUMBER = r"-?\$?\s?\d[\d,]*(?:\.\d+)?"

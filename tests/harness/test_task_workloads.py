@@ -15,3 +15,14 @@ def test_every_task_has_one_workload_and_each_workload_at_most_one_task() -> Non
 
 def test_a_task_not_listed_is_timed_as_chat() -> None:
     assert workload_of("mmlu") == "chat"
+
+
+def test_the_stated_sizes_are_what_the_tasks_load() -> None:
+    """The numbers help texts and the settle advice quote are the data's own."""
+    from harness.tasks import DEFAULT_ITEMS, TEST_SET_SIZE, default_items_text
+
+    for name in TASK_NAMES:
+        task = get_task(name, isolation="process")
+        assert len(task.load_samples()) == DEFAULT_ITEMS[name]
+        assert len(task.load_samples(limit=100_000)) == TEST_SET_SIZE[name]
+    assert default_items_text() == "400 GSM8K, 164 HumanEval"
