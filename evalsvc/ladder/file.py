@@ -50,6 +50,7 @@ from evalsvc.home import HOME_ENV
 from harness.client import API_KEY_ENV
 from harness.errors import UserError
 from harness.redact import MIN_SECRET_LEN, is_secret_name, known_secrets, url_secrets
+from harness.urls import api_url
 
 log = logging.getLogger(__name__)
 
@@ -189,12 +190,17 @@ def _parse_step(raw: Any, index: int, source: str) -> LadderStep:
     )
 
 
+def _default_health_url(base_url: str) -> str:
+    """`/v1/models` of the step's server, however its base_url is spelt (`harness.urls`)."""
+    return api_url(base_url, "models")
+
+
 def _parse_launch(raw: Any, base_url: str, source: str, step: str) -> LaunchSpec:
     if not isinstance(raw, dict):
         raise LadderError(source, "'launch' must be a mapping with at least 'command'", step=step, key="launch")
     _check_keys(raw, _LAUNCH_KEYS, source, step=step, section="'launch'", prefix="launch.")
     health_url = _optional_text(raw, "health_url", source, step, prefix="launch.")
-    health_url = health_url or base_url.rstrip("/") + "/models"
+    health_url = health_url or _default_health_url(base_url)
     _check_url(health_url, source, step, "launch.health_url")
     return LaunchSpec(
         command=_parse_command(raw["command"], source, step),
@@ -313,7 +319,8 @@ def _resolve_step(step: LadderStep, variables: Mapping[str, str], source: str) -
     _check_url(base_url, source, step.name, "base_url")
     launch = step.launch
     if launch is not None:
-        health_url = fill(launch.health_url, "launch.health_url")
+        defaulted = launch.health_url == _default_health_url(step.base_url)  # "${URL}" gets its /v1 once filled
+        health_url = _default_health_url(base_url) if defaulted else fill(launch.health_url, "launch.health_url")
         _check_url(health_url, source, step.name, "launch.health_url")
         command = tuple(fill(arg, "launch.command") for arg in launch.command)
         _check_command_secrets(launch.command, command, variables, source, step.name)

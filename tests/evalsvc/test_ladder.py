@@ -145,6 +145,18 @@ steps:
 """
 
 
+@pytest.mark.parametrize(("base_url", "variables"), [
+    ("http://127.0.0.1:9005", {}), ("http://127.0.0.1:9005/v1/", {}), ("http://127.0.0.1:${PORT}", {"PORT": "9005"}),
+    ("${URL}", {"URL": "http://127.0.0.1:9005/v1"}), ("${URL}", {"URL": "http://127.0.0.1:9005"}),
+])
+def test_the_default_health_url_is_the_servers_model_list_however_the_url_is_spelt(
+    tmp_path: Path, base_url: str, variables: dict[str, str]
+) -> None:
+    text = f"name: h\nsteps:\n  - name: s1\n    base_url: '{base_url}'\n    model: m\n    launch: {{command: [srv]}}\n"
+    step = resolve_ladder(load_ladder(write(tmp_path, text)), variables).steps[0]
+    assert step.launch is not None and step.launch.health_url == "http://127.0.0.1:9005/v1/models"
+
+
 def test_resolve_fills_every_placeholder(tmp_path: Path) -> None:
     ladder = load_ladder(write(tmp_path, PLACEHOLDERS))
     assert ladder.placeholders() == {"PORT", "MODEL", "PY", "HOME_DIR"}
