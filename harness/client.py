@@ -87,6 +87,21 @@ def request_body(request: Request, model: str, settings: DecodingSettings) -> di
     return body
 
 
+def endpoint_http(
+    base_url: str, timeout_s: float, headers: Mapping[str, str] | None = None, max_connections: int = 64
+) -> httpx.AsyncClient:
+    """The HTTP client requests to an endpoint go through, for accuracy runs and the speed probe alike.
+
+    No proxy from the environment: a proxy in the path would be timed and retried as if it were the
+    server. Loading the CA bundle costs ~50 ms per client; a plain-http endpoint never uses it.
+    """
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return httpx.AsyncClient(
+        headers=dict(headers or {}), timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits, trust_env=False,
+        verify=base_url.startswith("https://"),
+    )
+
+
 class EndpointClient:
     """One OpenAI-compatible endpoint and model."""
 
@@ -104,13 +119,7 @@ class EndpointClient:
         self.retry = retry
         self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        # Loading the CA bundle costs ~50 ms per client; a plain-http endpoint never uses it.
-        verify = self.base_url.startswith("https://")
-        self._http = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits, trust_env=False,
-            verify=verify,
-        )
+        self._http = endpoint_http(self.base_url, timeout_s, headers, max_connections)
 
     async def __aenter__(self) -> "EndpointClient":
         return self

@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from harness.chat_prompts import ChatPrompt
-from harness.client import request_body, usage_reasoning_field
+from harness.client import endpoint_http, request_body, usage_reasoning_field
 from harness.redact import mask_text
 from harness.response import STORABLE_MAX, ResponseBroken, check_count, check_finish_reason, shown, token_bound
 from harness.sglang_stats import SpecStats, read_spec_snapshot, spec_stats_between
@@ -358,7 +358,7 @@ async def probe_speed(
     headers = _headers(api_key)
     auth = {k: v for k, v in headers.items() if k == "Authorization"}
     owned = client is None
-    http = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
+    http = client or endpoint_http(base_url, timeout_s)
     try:
         await _warm_up(http, url, warm_body, headers, warmup)
         before = await read_spec_snapshot(http, base_url, auth) if read_server_stats else None

@@ -152,6 +152,17 @@ def test_failed_stream_gives_an_error_not_a_speed(script: StreamScript, expected
         assert (sample.ttft_s, sample.decode_tps, sample.output_tokens) == (None, None, None)
 
 
+def test_a_proxy_in_the_environment_is_not_timed_as_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe reaches the endpoint as the accuracy runs do (`harness.client.endpoint_http`): never through a
+    proxy from the environment, which would be timed (here: a dead one, which would fail every request)."""
+    for name in ("ALL_PROXY", "HTTP_PROXY", "http_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    samples, requests = run_probe(StreamScript(ttft_s=0.01, interval_s=0.002, n_tokens=10), ["a"], warmup=0)
+    assert [(s.ok, s.output_tokens) for s in samples] == [(True, 10)] and len(requests) == 1
+
+
 def test_failed_request_does_not_stop_the_probe() -> None:
     script = StreamScript(ttft_s=0.05, interval_s=0.005, n_tokens=20, fail_after=5, fail_requests=(1,))
     samples, requests = run_probe(script, ["a", "b", "c"], warmup=0)
