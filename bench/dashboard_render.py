@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from db.engine import open_store  # noqa: E402
 from evalsvc.cli.dashboard import streamlit_argv  # noqa: E402
-from evalsvc.machine.doctor import chromium_path  # noqa: E402
+from evalsvc.doctor import chromium_path  # noqa: E402
 from tests.dashboard import seed  # noqa: E402
 
 TARGET_S = 2.0

@@ -27,7 +27,7 @@ def doctor_command(db: str | None, as_json: bool) -> None:
 
     Example: evalsvc doctor --json
     """
-    from evalsvc.machine.doctor import render_table, run_checks
+    from evalsvc.doctor import render_table, run_checks
 
     checks = run_checks(db)
     blocked = [c.name for c in checks if c.blocks_runs]

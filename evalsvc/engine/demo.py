@@ -16,7 +16,7 @@ from evalsvc.ladder.file import Ladder, load_ladder
 from evalsvc.ladder.run import (
     LadderPlan, StepOutcome, check_tasks, logs_here, prepare_ladder, run_ladder, speed_workloads, times_here,
 )
-from evalsvc.machine.bubblewrap import ensure_bubblewrap
+from evalsvc.engine.bubblewrap import ensure_bubblewrap
 from evalsvc.run.runner import RunSpec
 from evalsvc.run.status import LongStep, long_step
 from harness.tasks import TASK_NAMES

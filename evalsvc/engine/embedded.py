@@ -39,9 +39,8 @@ from typing import Any
 
 from evalsvc.home import evalsvc_home
 from evalsvc.ladder.file import ENGINE_PLACEHOLDERS
-from evalsvc.ladder.launch import read_log_tail
 from evalsvc.ladder.servers import run_guarded
-from evalsvc.run.status import LongStep, StepTimes, long_step
+from evalsvc.run.status import LongStep, long_step, read_log_tail, step_times
 from harness.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -185,11 +184,6 @@ def ensure_engine(home: Path | None = None) -> EngineInfo:
         gguf=gguf, gguf_quant=gguf.suffixes[-2].lstrip(".") if len(gguf.suffixes) > 1 else "unknown",
         deep_gguf=deep, deep_quant=DEEP_QUANT.label,
     )
-
-
-def step_times(home: Path) -> StepTimes:
-    """How long each setup step took on this machine, under `home`."""
-    return StepTimes(home / "step-times.json")
 
 
 @dataclass(frozen=True)

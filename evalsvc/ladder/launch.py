@@ -25,11 +25,11 @@ import httpx
 from evalsvc.ladder.file import SECRET_ENV, LadderStep, LaunchSpec
 from evalsvc.ladder.servers import STOP_GRACE_S, ServerGuard, launched_on, stop_left_servers
 from evalsvc.ladder.watchdog import group_members
+from evalsvc.run.status import read_log_tail
 from harness.redact import MaskedError, scrub_env
 
 log = logging.getLogger(__name__)
 
-LOG_TAIL_LINES = 20
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
 
 
@@ -188,18 +188,6 @@ def port_is_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last `lines` lines of a log file, or '' if it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

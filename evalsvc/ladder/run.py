@@ -19,7 +19,7 @@ from evalsvc.ladder.file import Ladder, LadderStep, load_ladder, resolve_ladder
 from evalsvc.ladder.launch import StepLaunchError, launch_step, step_log_path
 from evalsvc.run.runner import RunSpec, check_limits, config_hash, dataset_hash, run_evaluation
 from evalsvc.run.speed import SpeedError, SpeedPlan, measure_speed
-from evalsvc.run.status import LongStep, StepTimes, long_step
+from evalsvc.run.status import LongStep, StepTimes, long_step, step_times
 from harness.tasks import get_task, pick_template, workload_of
 from harness.types import DecodingSettings
 
@@ -77,8 +77,6 @@ def logs_here() -> Path:
 
 def times_here() -> StepTimes:
     """How long long steps took on this machine (the file the engine setup writes too)."""
-    from evalsvc.engine.embedded import step_times
-
     return step_times(evalsvc_home())
 
 

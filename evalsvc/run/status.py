@@ -24,12 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalsvc.ladder.launch import read_log_tail
-
 STATUS_LOGGER = "evalsvc.run.status"
 INTERVAL_ENV = "EVALSVC_STATUS_INTERVAL"
 DEFAULT_INTERVAL_S = 30.0  # "at least one status line a minute", with room for a busy machine
 LAST_LINE_CHARS = 160
+LOG_TAIL_LINES = 20
 _BUILD_STEP = re.compile(r"^(\[\d+/\d+\])\s")
 
 log = logging.getLogger(STATUS_LOGGER)
@@ -77,6 +76,11 @@ class StepTimes:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
+
+
+def step_times(home: Path) -> StepTimes:
+    """How long each long step took on this machine, remembered under `home` (`$EVALSVC_HOME`)."""
+    return StepTimes(home / "step-times.json")
 
 
 def status_interval() -> float:
@@ -187,6 +191,18 @@ def _beat(step: LongStep, started: float, stop: threading.Event) -> None:
     interval = status_interval()
     while not stop.wait(interval):
         log.info("%s", heartbeat(step, time.monotonic() - started))
+
+
+def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a log file, or '' if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
 def _last_log_line(path: Path | None) -> str:

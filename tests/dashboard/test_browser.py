@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from evalsvc.cli.dashboard import streamlit_argv
-from evalsvc.machine.doctor import CHROMIUM_ENV, chromium_path
+from evalsvc.doctor import CHROMIUM_ENV, chromium_path
 from tests.conftest import free_port, needs_tool
 from tests.dashboard import seed
 

@@ -14,7 +14,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 from db.engine import MIGRATIONS, open_store
-from evalsvc.machine.doctor import check_engine, check_gsm8k, check_store
+from evalsvc.doctor import check_engine, check_gsm8k, check_store
 from tests.conftest import ROOT, run_cli
 
 ROWS = ["sandbox self-check", "bubblewrap", "embedded engine", "GSM8K data", "HumanEval data", "store", "Chromium",

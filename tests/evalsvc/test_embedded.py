@@ -29,7 +29,7 @@ from evalsvc.engine.embedded import (
 from evalsvc.home import evalsvc_home
 from evalsvc.ladder.file import load_ladder, resolve_ladder
 from evalsvc.ladder.launch import launch_step
-from evalsvc.run.status import INTERVAL_ENV
+from evalsvc.run.status import INTERVAL_ENV, step_times
 from tests.conftest import ROOT, StatusLines
 
 LADDER = Path(__file__).resolve().parents[2] / "evalsvc" / "ladder" / "builtin" / "embedded-cpu.yaml"
@@ -105,7 +105,7 @@ def test_build_announces_itself_and_beats_until_it_ends(
     assert last.startswith("done building llama-cpp-python")
     assert built and built[0].name.startswith(f"llama_cpp_python-{embedded.LLAMA_CPP_VERSION}-")
     assert "Successfully built" in log_path.read_text()
-    assert embedded.step_times(tmp_path).last("engine build") is not None
+    assert step_times(tmp_path).last("engine build") is not None
     # built once: the next call reuses the wheel and says nothing
     status_lines.lines.clear()
     assert embedded._ensure_wheel(tmp_path / "wheels", python, tmp_path) == built[0]

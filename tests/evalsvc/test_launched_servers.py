@@ -31,12 +31,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from evalsvc.doctor import check_launched_servers
 from evalsvc.ladder import servers
 from evalsvc.ladder import watchdog
 from evalsvc.ladder.file import LadderStep, LaunchSpec
 from evalsvc.ladder.launch import PortInUseError, launch_step, port_is_free
 from evalsvc.ladder.watchdog import proc_stat, process_alive
-from evalsvc.machine.doctor import check_launched_servers
 from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, free_port, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
 from tests.evalsvc.test_embedded import install_standin
