@@ -24,6 +24,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("harness", "db", "evalsvc", "dashboard")
+# Inside evalsvc the same rule, one concept on top of the other: the pure statistics at the bottom, the command
+# line at the top. Reading a report never loads the runner, and nothing but the CLI loads the CLI.
+EVALSVC_LAYERS = tuple(f"evalsvc.{name}" for name in (
+    "home", "statistics", "decision", "report", "run", "ladder", "engine", "doctor", "cli"))
 _IMPORT_FUNCTIONS = {"import_module", "__import__"}
 
 
@@ -145,10 +149,19 @@ def _runs_already(imported: str, target: str, module: str) -> bool:
 
 
 def backward_arrows(graph: ImportGraph, layers: Sequence[str] = LAYERS) -> list[Arrow]:
-    """Arrows from a package to one after it in `layers`."""
-    rank = {package: position for position, package in enumerate(layers)}
-    return [a for a in graph.arrows
-            if rank[a.target.split(".")[0]] > rank[a.source.split(".")[0]]]
+    """Arrows from a layer to one after it in `layers`; a layer is a package or module and everything inside it.
+    Modules in no layer (the parent package of nested layers, say) are not judged."""
+    rank = {layer: position for position, layer in enumerate(layers)}
+
+    def layer_of(module: str) -> int | None:
+        return next((rank[layer] for layer in layers if module == layer or module.startswith(layer + ".")), None)
+
+    wrong = []
+    for arrow in graph.arrows:
+        source, target = layer_of(arrow.source), layer_of(arrow.target)
+        if source is not None and target is not None and target > source:
+            wrong.append(arrow)
+    return wrong
 
 
 def import_cycles(graph: ImportGraph) -> list[list[str]]:
@@ -242,6 +255,13 @@ def test_no_import_goes_against_the_layer_order(project: ImportGraph) -> None:
     assert not wrong, "imports against harness <- db <- evalsvc <- dashboard:\n" + "\n".join(map(str, wrong))
 
 
+def test_evalsvc_folders_import_downwards_only(project: ImportGraph) -> None:
+    assert all(layer in project.modules for layer in EVALSVC_LAYERS)
+    wrong = backward_arrows(project, EVALSVC_LAYERS)
+    order = " <- ".join(layer.removeprefix("evalsvc.") for layer in EVALSVC_LAYERS)
+    assert not wrong, f"imports against {order} inside evalsvc:\n" + "\n".join(map(str, wrong))
+
+
 def test_no_import_cycle(project: ImportGraph) -> None:
     cycles = import_cycles(project)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
@@ -271,6 +291,20 @@ def test_a_backward_arrow_inside_a_function_is_caught(tmp_path: Path) -> None:
     })
     wrong = backward_arrows(import_graph(root, ("harness", "db")), ("harness", "db"))
     assert [str(a) for a in wrong] == ["harness.client -> db (line 2)", "harness.client -> db.models (line 2)"]
+
+
+def test_a_backward_arrow_between_nested_layers_is_caught(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "evalsvc/__init__.py": "",
+        "evalsvc/statistics/__init__.py": "",
+        "evalsvc/statistics/pairing.py": "import evalsvc.report.words\n",
+        "evalsvc/report/__init__.py": "",
+        "evalsvc/report/words.py": "from evalsvc.statistics import pairing\n",
+    })
+    layers = ("evalsvc.statistics", "evalsvc.report")
+    wrong = backward_arrows(import_graph(root, ("evalsvc",)), layers)
+    assert [str(a) for a in wrong] == ["evalsvc.statistics.pairing -> evalsvc.report (line 1)",
+                                       "evalsvc.statistics.pairing -> evalsvc.report.words (line 1)"]
 
 
 def test_a_relative_import_is_resolved_before_it_is_judged(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from evalsvc.cli.runs import (
     API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, task_list, write_store,
 )
 from evalsvc.engine.demo import demo_sizes, run_demo
+from evalsvc.engine.embedded import LADDER_SETUPS
 from evalsvc.ladder.file import Ladder
 from evalsvc.ladder.run import LadderPlan, StepOutcome, run_ladder_file, speed_workloads
 from evalsvc.run.runner import RunFailed, RunSpec
@@ -56,7 +57,8 @@ def ladder_run_command(ladder_file: str, task: str, limit: int | None, data: str
     tasks = tuple(task_list(task))
     plan = LadderPlan(tasks=tasks, limits={t: limit for t in tasks}, data=data, base=base,
                       speed_workloads=speed_workloads(tasks) if speed_n else (), speed_n=max(speed_n, 2))
-    ladder, outcomes = run_ladder_file(store, ladder_file, plan, progress=not (no_progress or as_json))
+    ladder, outcomes = run_ladder_file(store, ladder_file, plan, progress=not (no_progress or as_json),
+                                       setups=LADDER_SETUPS)
     print_outcomes(store, ladder, outcomes, as_json)
 
 

@@ -12,11 +12,12 @@ from importlib import resources
 from pathlib import Path
 
 from db.engine import Store
+from evalsvc.engine.bubblewrap import ensure_bubblewrap
+from evalsvc.engine.embedded import LADDER_SETUPS
 from evalsvc.ladder.file import Ladder, load_ladder
 from evalsvc.ladder.run import (
     LadderPlan, StepOutcome, check_tasks, logs_here, prepare_ladder, run_ladder, speed_workloads, times_here,
 )
-from evalsvc.engine.bubblewrap import ensure_bubblewrap
 from evalsvc.run.runner import RunSpec
 from evalsvc.run.status import LongStep, long_step
 from harness.tasks import TASK_NAMES
@@ -57,7 +58,7 @@ def run_demo(open_store: Callable[[], Store], full: bool, data: str | None, isol
         store = open_store()
         ensure_bubblewrap(isolation)
         check_tasks(TASK_NAMES, isolation)  # before the engine build: a missing sandbox stops the demo in seconds
-        ladder = prepare_ladder(raw)
+        ladder = prepare_ladder(raw, LADDER_SETUPS)
         outcomes = run_ladder(store, ladder, demo_plan(full, data, isolation, max_tokens), logs_here(),
                               progress=progress, times=times)
         demo.failed = ", ".join(f"step {o.step} did not start" for o in outcomes if o.error)

@@ -32,7 +32,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +159,15 @@ class EngineInfo:
     def placeholders(self) -> dict[str, str]:
         """The `${NAME}` values the embedded ladder file uses (`ENGINE_PLACEHOLDERS`, in that order)."""
         return dict(zip(ENGINE_PLACEHOLDERS, map(str, (self.home, self.python, self.gguf, self.deep_gguf))))
+
+
+def engine_placeholders() -> dict[str, str]:
+    """A ladder's `setup: embedded`: build or reuse the engine here, then the `${NAME}` values its steps use."""
+    return ensure_engine().placeholders()
+
+
+# What each `setup:` a ladder file may name does before its placeholders are filled (see `prepare_ladder`).
+LADDER_SETUPS: dict[str, Callable[[], dict[str, str]]] = {"embedded": engine_placeholders}
 
 
 def ensure_engine(home: Path | None = None) -> EngineInfo:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 from db import queries
 from db.engine import Store
 from evalsvc.home import evalsvc_home
-from evalsvc.ladder.file import Ladder, LadderStep, load_ladder, resolve_ladder
+from evalsvc.ladder.file import Ladder, LadderError, LadderStep, load_ladder, resolve_ladder
 from evalsvc.ladder.launch import StepLaunchError, launch_step, step_log_path
 from evalsvc.run.runner import RunSpec, check_limits, config_hash, dataset_hash, run_evaluation
 from evalsvc.run.speed import SpeedError, SpeedPlan, measure_speed
@@ -55,13 +55,15 @@ def check_tasks(tasks: Sequence[str], isolation: str) -> None:
         get_task(task, isolation).prepare()
 
 
-def prepare_ladder(ladder: Ladder) -> Ladder:
-    """Fill placeholders, building the embedded engine first when the ladder asks for it."""
+def prepare_ladder(ladder: Ladder, setups: Mapping[str, Callable[[], Mapping[str, str]]] | None = None) -> Ladder:
+    """Fill placeholders from the environment and, when the ladder names a setup (`setup: embedded`), from what
+    that setup returns; `setups` maps each setup name to it (`evalsvc.engine.embedded.LADDER_SETUPS`)."""
     variables = dict(os.environ)
-    if ladder.setup == "embedded":
-        from evalsvc.engine.embedded import ensure_engine
-
-        variables.update(ensure_engine().placeholders())
+    if ladder.setup is not None:
+        setup = (setups or {}).get(ladder.setup)
+        if setup is None:
+            raise LadderError(ladder.source, f"setup '{ladder.setup}' is not available to this command", key="setup")
+        variables.update(setup())
     return resolve_ladder(ladder, variables)
 
 
@@ -130,13 +132,14 @@ def has_speed(store: Store, endpoint: str, workload: str) -> bool:
         return queries.latest_speed_run(session, endpoint_id, workload) is not None
 
 
-def run_ladder_file(store: Store, path: str | Path, plan: LadderPlan,
-                    progress: bool = True) -> tuple[Ladder, list[StepOutcome]]:
+def run_ladder_file(store: Store, path: str | Path, plan: LadderPlan, progress: bool = True,
+                    setups: Mapping[str, Callable[[], Mapping[str, str]]] | None = None,
+                    ) -> tuple[Ladder, list[StepOutcome]]:
     """The ladder in the file at `path`, and each step's outcome: the tasks and item limits are checked first,
-    then the ladder is prepared (the embedded engine built when it asks for it) and every step evaluated."""
+    then the ladder is prepared (its setup run, see `prepare_ladder`) and every step evaluated."""
     check_tasks(plan.tasks, plan.base.isolation)
     check_limits([task_spec(plan, task) for task in plan.tasks])
-    ladder = prepare_ladder(load_ladder(path))
+    ladder = prepare_ladder(load_ladder(path), setups)
     return ladder, run_ladder(store, ladder, plan, logs_here(), progress=progress, times=times_here())
 
 

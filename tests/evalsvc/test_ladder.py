@@ -207,6 +207,26 @@ def test_embedded_example_resolves_with_engine_names() -> None:
     assert models[0] == "/h/a.gguf" and models[-1] == "/h/b.gguf"
 
 
+def test_a_ladder_setup_runs_before_its_placeholders_are_filled() -> None:
+    from evalsvc.engine.embedded import LADDER_SETUPS, engine_placeholders
+    from evalsvc.ladder.file import ENGINE_PLACEHOLDERS
+    from evalsvc.ladder.run import prepare_ladder
+
+    assert LADDER_SETUPS == {"embedded": engine_placeholders}
+    ladder = load_ladder(LADDERS / "embedded-cpu.yaml")
+    with pytest.raises(LadderError, match="setup 'embedded' is not available to this command"):
+        prepare_ladder(ladder)
+    calls: list[str] = []
+
+    def setup() -> dict[str, str]:
+        calls.append("built")
+        return {name: f"/h/{name}" for name in ENGINE_PLACEHOLDERS}
+
+    prepared = prepare_ladder(ladder, {"embedded": setup})
+    assert calls == ["built"]
+    assert all(s.launch is not None and s.launch.command[0] == "/h/ENGINE_PYTHON" for s in prepared.steps)
+
+
 # ---------------------------------------------------------------- launching real processes
 
 SERVER_SCRIPT = textwrap.dedent(
