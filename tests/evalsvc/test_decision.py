@@ -18,8 +18,8 @@ from evalsvc.statistics import paired_tests
 from evalsvc.statistics import pairing
 from evalsvc.statistics.output_length import token_ratios
 from evalsvc.statistics.task_time import compare_task_time
-from tests.evalsvc.test_compare import compare_table
-from tests.evalsvc.test_timing import simulate
+from tests.evalsvc.test_comparisons import compare_table
+from tests.evalsvc.test_length_and_task_time import simulate
 
 # --- the rule: never against the interval, monotone -------------------------------------
 

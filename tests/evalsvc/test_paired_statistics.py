@@ -470,7 +470,7 @@ def test_noise_floor_flags_up_to_the_binomial_quantile() -> None:
 
 
 @pytest.mark.slow
-def test_stats_module_does_not_import_the_cli_or_database() -> None:
+def test_statistics_do_not_import_the_cli_or_database() -> None:
     import subprocess
     import sys
 
