@@ -14,12 +14,11 @@ from typing import Any, NamedTuple
 import pandas as pd
 from scipy import stats as sps
 
-from evalsvc.decision import build
+from evalsvc.decision import build, rule
 from evalsvc.decision.build import TASK_NAMES, WORKLOADS
 from evalsvc.decision.workload import WorkloadDecision
 from evalsvc.statistics import paired_tests
 
-CONFIDENCE = 0.95
 
 FILTER_A_ONLY = "A right, B wrong"
 FILTER_B_ONLY = "B right, A wrong"
@@ -77,7 +76,7 @@ def accuracy_interval(correct: int, scored: int) -> tuple[float, float] | None:
     """Wilson 95% interval for one run's accuracy; None with nothing scored."""
     if scored <= 0:
         return None
-    z = float(sps.norm.ppf(0.5 + CONFIDENCE / 2))
+    z = float(sps.norm.ppf(0.5 + rule.CONFIDENCE / 2))
     low, high = paired_tests.wilson_interval(correct, scored, z)
     return max(0.0, low), min(1.0, high)
 

@@ -244,7 +244,8 @@ def length_row(pair: PairTokens | str) -> LengthRow | str:
         return pair
     changed = int(sum((x or "") != (y or "") for x, y in zip(*pair.extracted)))
     try:
-        inflation = output_length.measure_length_inflation(*pair.tokens, *pair.correct, *pair.finish)
+        inflation = output_length.measure_length_inflation(*pair.tokens, *pair.correct, *pair.finish,
+                                                           confidence=rule.CONFIDENCE)
     except output_length.TimingInputError as exc:
         return str(exc)
     return LengthRow(pair.task, pair.step_a, pair.step_b, pair.run_a, pair.run_b, changed, inflation)
@@ -380,7 +381,7 @@ def time_change(tokens: tuple[np.ndarray, np.ndarray],
                 speeds: Sequence[task_time.EndpointSpeed]) -> task_time.TaskTimeChange | str:
     """Task time of B over A from paired output tokens and the two speeds; or why not."""
     try:
-        return task_time.compare_task_time(tokens[0], tokens[1], speeds[0], speeds[1])
+        return task_time.compare_task_time(tokens[0], tokens[1], speeds[0], speeds[1], confidence=rule.CONFIDENCE)
     except output_length.TimingInputError as exc:
         return str(exc)
 
