@@ -77,3 +77,23 @@ def test_one_token_answers_cut_answers_reasoning_and_acceptance() -> None:
     # Sample 0 has no reasoning count: a mean over the others would read as every request's reasoning.
     assert summary.mean_reasoning_tokens is None
     assert summarize_speed(samples[1:]).mean_reasoning_tokens == 25.0
+
+
+def test_the_statistics_load_no_http_client_store_or_cli() -> None:
+    """The length, task-time and speed models take `harness.types` records, so reading them costs no client."""
+    import os
+    import pkgutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import evalsvc.statistics
+
+    root = Path(__file__).resolve().parents[2]
+    modules = ", ".join(f"evalsvc.statistics.{m.name}" for m in pkgutil.iter_modules(evalsvc.statistics.__path__))
+    heavy = ("httpx", "sqlalchemy", "click", "streamlit")
+    code = f"import sys, {modules}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert "evalsvc.statistics.task_time" in modules and "evalsvc.statistics.speed" in modules
+    assert out.stdout.strip() == "[]"
