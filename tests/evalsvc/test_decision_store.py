@@ -17,7 +17,7 @@ from db.models import Run
 from harness.types import DecodingSettings, SpeedSample
 from tests.conftest import run_cli
 from tests.dashboard import seed
-from tests.dashboard.test_app import open_app
+from tests.dashboard.test_app import open_app, shown_tables
 
 STEPS = ("s1", "s2", "s3", "s4")
 MATH_TPS = {"s1": 200.0, "s2": 250.0, "s3": 286.0, "s4": 302.0}
@@ -150,7 +150,7 @@ def test_a_rerun_with_other_settings_and_small_or_unfinished_runs_are_set_aside(
                           r"#### code (humaneval): ship **s3**, stop there (not **s4**)",
                           r"#### chat: ship **s4**, the last step"]
     assert not at.warning
-    aside_table = next(df.value for df in at.dataframe if "set aside" in df.value.columns)
+    aside_table = next(df for df in shown_tables(at) if "set aside" in df.columns)
     assert sorted(aside_table["run"].astype(int)) == sorted([rerun, smoke, broken, going])
 
 
@@ -217,7 +217,7 @@ def test_compare_report_decide_and_dashboard_agree_on_every_pair(
     at = open_app(monkeypatch, db)
     words = {"take B": "take {b}", "stop at A": "stop at {a}", "can't tell yet": "can't tell yet"}
     for index, workload in enumerate(("math", "code", "chat")):
-        chain = at.dataframe[index].value
+        chain = shown_tables(at)[index]
         shown = list(chain["decision"])
         expected = [words[reported[(a, b)][workload][0]].format(a=a, b=b) for a, b in zip(steps, steps[1:])]
         assert shown == expected, workload
