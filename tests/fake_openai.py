@@ -200,6 +200,10 @@ def echo_responder(body: dict[str, Any]) -> Reply:
 class _QuietServer(ThreadingHTTPServer):
     """A client that hangs up mid-reply (Ctrl-C, a timeout) is normal here, not a traceback on stderr."""
 
+    # socketserver's default backlog of 5 drops the connections of a 16-wide client while a busy machine delays
+    # accept(); real servers queue far more (uvicorn 2048).
+    request_queue_size = 128
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
