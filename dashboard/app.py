@@ -11,7 +11,7 @@ from streamlit.navigation.page import StreamlitPage
 
 from dashboard import data, widgets
 from db.engine import StoreError
-from harness.redact import install_redaction, mask_url, register_url_secrets
+from evalsvc.report.masking import mask_from_now_on, mask_url
 
 # A local file: an emoji or Material icon as page icon makes the browser fetch it from an outside host.
 ICON = Path(__file__).resolve().parent / "static" / "icon.png"
@@ -74,8 +74,7 @@ def main() -> None:
     navigation = build_navigation()
     url = data.db_url()
     st.html(TABLE_STYLE)
-    install_redaction()  # the server's log lines and tracebacks are masked like the CLI's
-    register_url_secrets(url)
+    mask_from_now_on(url)  # the server's log lines and tracebacks are masked like the CLI's
     render_sidebar(url)
     navigation.run()
 

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from db.engine import DB_ENV, data_dir, to_url
+from evalsvc.report.masking import has_credentials, mask_url
+from evalsvc.run.command import key_environment
 from evalsvc.run.interrupts import INTERRUPTED_EXIT_CODES
-from harness.client import API_KEY_ENV
-from harness.redact import has_credentials, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def speed_argv(request: SpeedRequest) -> list[str]:
 
 def check_request(request: EvalRequest) -> None:
     """Refuse a form that `evalsvc run` would refuse, before anything is started."""
-    from harness.tasks import TASK_NAMES
+    from evalsvc.run.command import TASK_NAMES
 
     labels = {"endpoint": "a name for this step", "base_url": "the server address", "model": "the model name"}
     missing = [label for name, label in labels.items() if not getattr(request, name).strip()]
@@ -191,7 +191,7 @@ def start_job(request: EvalRequest | SpeedRequest, db_url: str, api_key: str | N
               started_at=time.time(), log_path=str(folder / f"{job_id}.log"))
     job_file = folder / f"{job_id}.json"
     _write(job_file, job)
-    env = {**os.environ, DB_ENV: to_url(db_url), **({API_KEY_ENV: api_key} if api_key else {})}
+    env = {**os.environ, DB_ENV: to_url(db_url), **key_environment(api_key)}
     with open(job.log_path, "ab") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dashboard.job_manager", str(job_file)],

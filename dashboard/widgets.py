@@ -19,7 +19,7 @@ from db.engine import StoreError
 from evalsvc.decision import build, rule
 from evalsvc.decision.workload import WorkloadDecision
 from evalsvc.report import decision_report, token_counts
-from harness.redact import mask_url
+from evalsvc.report.masking import mask_url
 
 PAGES = {
     "ladder": "views/ladder.py",

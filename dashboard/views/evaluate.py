@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 
 import pandas as pd
@@ -10,19 +9,11 @@ import streamlit as st
 
 from dashboard import analysis, data, job_manager, widgets
 from db.engine import StoreError
-from harness.errors import ERROR_LABEL
-from harness.tasks import TASK_NAMES, WORKLOADS, default_items_text
-from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
-from harness.types import DecodingSettings
+from evalsvc.decision.build import WORKLOADS
+from evalsvc.run.command import (DEFAULT_MAX_TOKENS, TASK_NAMES, data_in_environment, default_items_text, error_line,
+                                 template_choices)
 
 REFRESH_S = 2.0
-
-
-def template_choices() -> dict[str, list[str]]:
-    """Per task, the prompt templates `evalsvc run --template` accepts (name@version)."""
-    from harness.tasks import get_task
-
-    return {task: [t.key for t in get_task(task).templates.values()] for task in TASK_NAMES}
 
 
 def render_form(url: str) -> None:
@@ -40,14 +31,14 @@ def render_form(url: str) -> None:
         limit = left.number_input(f"Questions per task (0 = all: {default_items_text()})", 0, 10_000, 0,
                                   key="ev_limit")
         max_tokens = right.number_input("Longest answer, in tokens (max tokens)", 16, 65_536,
-                                        DecodingSettings().max_tokens, key="ev_max_tokens",
+                                        DEFAULT_MAX_TOKENS, key="ev_max_tokens",
                                         help="Answers cut at this length are marked; keep it the same on every step.")
         templates = ["the task's default"] + [t for names in template_choices().values() for t in names]
         template = left.selectbox("Prompt template", templates, key="ev_template",
                                   help="Keep it the same on every step: steps with other templates are not compared.")
         concurrency = right.number_input("Requests at once", 1, 256, 8, key="ev_concurrency")
         data_path = left.text_input("GSM8K questions file or folder on this machine (optional)", key="ev_data",
-                                    value=os.environ.get(GSM8K_DATA_ENV, ""),
+                                    value=data_in_environment(),
                                     help="Without it the questions come with evalsvc or are downloaded.")
         api_key = right.text_input("API key (optional; not stored)", type="password", key="ev_key")
         repeat = st.checkbox("Evaluate again with the same settings (a repeat run: shows run-to-run noise)",
@@ -138,13 +129,6 @@ def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> No
             job_manager.stop_job(job)
         with st.expander("log", expanded=job.state in ("failed", "lost")):
             st.code(tail or "(empty)", language=None, wrap_lines=True)
-
-
-def error_line(log_text: str) -> str | None:
-    """The CLI's own last `error:` line of a job's log (it says what went wrong and what to do), if any."""
-    head = f"{ERROR_LABEL}: "
-    found = [line for line in log_text.splitlines() if line.startswith(head)]
-    return found[-1].removeprefix(head) if found else None
 
 
 def render_run(run: pd.Series, endpoint: str, order: list[str]) -> None:

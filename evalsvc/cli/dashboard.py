@@ -11,7 +11,7 @@ import click
 
 from db.engine import DB_ENV, DEFAULT_DB_SHOWN, StoreError, open_store, to_url
 from evalsvc.cli.runs import secret_url
-from harness.redact import mask_url
+from evalsvc.report.masking import mask_url
 
 OPEN_ADDRESS_WARNING = (
     "warning: the dashboard listens on {address}, beyond this machine. Anyone who reaches it can read every "

@@ -10,12 +10,13 @@ import click
 
 from db.engine import Store
 from evalsvc.cli.runs import (
-    API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, task_list, write_store,
+    API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, write_store,
 )
 from evalsvc.engine.demo import demo_sizes, run_demo
 from evalsvc.engine.embedded import LADDER_SETUPS
 from evalsvc.ladder.file import Ladder
 from evalsvc.ladder.run import LadderPlan, StepOutcome, run_ladder_file, speed_workloads
+from evalsvc.run.command import task_list
 from evalsvc.run.runner import RunFailed, RunSpec
 from harness.tasks import TASK_NAMES, default_items_text
 from harness.types import DecodingSettings

@@ -26,7 +26,8 @@ from evalsvc.run.interrupts import STOP_SIGNALS, exit_code, stop_signals_as_inte
 from evalsvc.run.runner import RunInterrupted
 from evalsvc.run.status import show_status_on_stderr
 from harness.errors import ERROR_LABEL, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, RESUME_HINT, UserError
-from harness.redact import install_redaction, mask_text
+from evalsvc.report.masking import mask_from_now_on
+from harness.redact import mask_text
 
 COMMANDS: list[click.Command] = [
     runs.run_command, runs.runs_command, runs.show_command,
@@ -152,7 +153,7 @@ def main(verbose: int) -> None:
       evalsvc run --endpoint step3 --url http://127.0.0.1:30000/v1 --model Qwen/Qwen3-27B
       evalsvc compare step2 step3
     """
-    install_redaction()  # every log line and traceback of a command is masked; see harness.redact
+    mask_from_now_on()  # every log line and traceback of a command is masked; see harness.redact
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # One line per HTTP request drowns the run's own messages; only -vv shows them.

@@ -11,12 +11,12 @@ from click.core import ParameterSource
 
 from db import queries
 from db.engine import DB_ENV, DEFAULT_DB_SHOWN, Store, open_store, store_location
+from evalsvc.report.masking import has_credentials, mask_url
 from evalsvc.report.token_counts import token_warning
+from evalsvc.run.command import (API_KEY_ENV, DEFAULT_MAX_TOKENS, GSM8K_DATA_ENV, TASK_NAMES, default_items_text,
+                                 task_list)
 from evalsvc.run.runner import RunFailed, RunOutcome, RunSpec, check_limits, run_evaluation
-from harness.client import API_KEY_ENV
-from harness.redact import has_credentials, mask_url, register_secret, register_url_secrets
-from harness.tasks import TASK_NAMES, default_items_text
-from harness.tasks.gsm8k import DATA_ENV as GSM8K_DATA_ENV
+from harness.redact import register_secret, register_url_secrets
 from harness.types import DecodingSettings
 
 TYPED_SECRET_WARNING = ("warning: {what} given with {option} can be read by every local user in the process list; "
@@ -107,10 +107,6 @@ def announce_new_store(store: Store) -> None:
     click.echo(f"created a new evalsvc store at {store_location(store.url)}", err=True)
 
 
-def task_list(task: str) -> list[str]:
-    return list(TASK_NAMES) if task == "all" else [task]
-
-
 @click.command("run")
 @click.option("--endpoint", required=True, help="Name for this endpoint (a ladder step), e.g. step3.")
 @click.option("--url", required=True, callback=secret_url,
@@ -121,7 +117,7 @@ def task_list(task: str) -> list[str]:
 @click.option("--data", type=click.Path(), help="GSM8K file or folder (JSONL, .jsonl.gz or parquet), or 'hub' for openai/gsm8k through `datasets` "
               f"(default: ${GSM8K_DATA_ENV}, else the copy shipped with evalsvc).")
 @click.option("--template", help="Prompt template name (default: the task's chat template).")
-@click.option("--max-tokens", default=DecodingSettings().max_tokens, show_default=True, type=click.IntRange(min=1),
+@click.option("--max-tokens", default=DEFAULT_MAX_TOKENS, show_default=True, type=click.IntRange(min=1),
               help=MAX_TOKENS_HELP)
 @click.option("--seed", default=DecodingSettings().seed, show_default=True, type=int)
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1))

@@ -4,4 +4,5 @@
 - `speed`: an endpoint's batch-1 speed per workload, measured and stored.
 - `status`: one-line announcements and heartbeats for long steps.
 - `interrupts`: SIGTERM and SIGHUP stop a command the way Ctrl-C does.
+- `command`: what `evalsvc run` can evaluate and its defaults, as the command line and the dashboard's jobs offer it.
 """
