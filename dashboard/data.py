@@ -272,13 +272,14 @@ def warm_up(url: str) -> None:
     if len(steps) < 2:
         return
     found = ladder(url, runs, steps, margins_=build.DEFAULT_MARGINS)
-    ladder(url, runs, steps[:2], margins_=build.DEFAULT_MARGINS)  # the page's "stop at A or take B" default
     endpoint_speeds(url, tuple(steps))
+    per_task = step_runs(runs, steps, url, found) if isinstance(found, build.LadderDecision) else {}
+    if per_task:
+        load_ladder(url, ladder_keys(per_task))
+    ladder(url, runs, steps[:2], margins_=build.DEFAULT_MARGINS)  # the page's "stop at A or take B" default
     endpoint_speeds(url, tuple(steps[:2]))
-    if not isinstance(found, build.LadderDecision):
+    if not per_task:
         return
-    per_task = step_runs(runs, steps, url, found)
-    load_ladder(url, ladder_keys(per_task))
     default = analysis.default_pair(per_task, steps)
     if default is not None:
         _warm_pair(url, *default, per_task[default[0]])

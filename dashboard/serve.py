@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+import time
 
 # Before NumPy loads: the bootstrap's small matrix products ran 4x slower with a BLAS thread per core on a
 # busy 2-core machine (threads waiting on each other), and a page's requests are served one thread each.
@@ -42,9 +43,7 @@ def preload() -> None:
     import streamlit.delta_generator
     import streamlit.web.bootstrap  # noqa: F401  (the server)
 
-    import dashboard.analysis  # noqa: F401
-    import dashboard.job_manager  # noqa: F401
-    import dashboard.widgets  # noqa: F401
+    import dashboard.analysis  # noqa: F401  (not dashboard.data: see warm_up)
     import evalsvc.decision.build  # noqa: F401
     import evalsvc.report.decision_report  # noqa: F401
 
@@ -58,15 +57,44 @@ def preload() -> None:
     gc.freeze()
 
 
+RUNTIME_WAIT_S = 60.0
+
+
 def warm_up(argv: list[str]) -> None:
-    """Compute the default Ladder view into the server's caches; a failure only costs the first view its speed."""
-    from dashboard import data
+    """Compute every page's first view into the server's caches; a failure only costs the first view its speed.
+
+    `dashboard.data` is imported only once Streamlit's runtime exists: its data caches are made when their
+    functions are defined, and before the runtime exists Streamlit makes stand-ins and warns about each on
+    the console. Meanwhile the migration tool that opening the store imports is loaded.
+    """
+    import alembic.command  # noqa: F401
+    import alembic.config  # noqa: F401
+    from streamlit import runtime
 
     script_args = argv[argv.index("--") + 1:] if "--" in argv else []
     try:
+        deadline = time.monotonic() + RUNTIME_WAIT_S
+        while not runtime.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        from dashboard import data, job_manager, widgets  # noqa: F401  (the pages' modules, imported once here)
+
+        compile_scripts(runtime.get_instance())
         data.warm_up(data.db_url(script_args))
     except Exception:  # the page will show the same problem, in words, when it is opened
         log.warning("warming up the dashboard's caches failed", exc_info=True)
+
+
+def compile_scripts(server_runtime: object) -> None:
+    """Compile the app and page scripts into Streamlit's script cache, which otherwise compiles each on its
+    first view (a tenth of a second or two on a busy machine). Skipped if a Streamlit release lays it out
+    otherwise: it only saves time."""
+    from dashboard import widgets
+
+    cache = getattr(server_runtime, "_script_cache", None)
+    if cache is None or not hasattr(cache, "get_bytecode"):
+        return
+    for script in (APP, *(APP.parent / page for page in widgets.PAGES.values())):
+        cache.get_bytecode(str(script))
 
 
 def main() -> None:
