@@ -15,8 +15,17 @@ responses recorded from SGLang 0.5.23's source (tests/fixtures/sglang):
 the per-request `sglext.spec_tokens_details` chunk; its speculative counters
 move with every request it serves.
 
-`python -m tests.fake_openai --port P` runs it as a process, e.g. as a ladder
-step's launch command (see `serve`).
+Streams go out as server-sent events in chunked transfer encoding; with a
+`Pacing` their text chunks leave on a set schedule, and the server records
+when each request arrived and each chunk left (`arrived_at`, `sent_at`,
+`served_decode_tps`), the facts the speed tests compare the probe against.
+`StreamScript` scripts a whole paced stream (tokens, reasoning, usage, a
+mid-stream failure) for the speed probe's tests.
+
+It is the one fake server of the tests and the benches: `python -m
+tests.fake_openai --port P` runs it as a process, e.g. as a ladder step's
+launch command, and `--instant` (with `start_process`) is the zero-latency
+GSM8K server bench/harness_overhead.py times the client against (see `serve`).
 """
 
 from __future__ import annotations
