@@ -3,6 +3,7 @@ brought to the latest schema with Alembic."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 DB_ENV = "EVALSVC_DB"
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -255,17 +257,21 @@ def upgrade_schema(engine: Engine) -> None:
     and re-reads the applied revision once it holds it, so only the first
     process creates the tables and the others find them done.
     """
-    from alembic import command
+    from alembic.runtime.environment import EnvironmentContext
 
-    cfg = _alembic_config()
-    if _at_head(engine, cfg):
+    if _at_head(engine):
         return
+    script = _scripts()
     with engine.begin() as conn:
         _lock_for_migration(conn)
-        if _at_head(conn, cfg):
+        if _at_head(conn):
             return
+        cfg = _alembic_config()
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+        # What `alembic.command.upgrade(cfg, "head")` does, on the migration scripts this process already read.
+        with EnvironmentContext(cfg, script, fn=lambda applied, _context: script._upgrade_revs("head", applied),
+                                destination_rev="head"):
+            script.run_env()
 
 
 def _alembic_config() -> "Config":
@@ -276,11 +282,20 @@ def _alembic_config() -> "Config":
     return cfg
 
 
-def _at_head(bind: Engine | Connection, cfg: "Config") -> bool:
-    from alembic.runtime.migration import MigrationContext
+@functools.cache
+def _scripts() -> "ScriptDirectory":
+    """The migration scripts, read once per process (reading them costs more than a new store's DDL)."""
     from alembic.script import ScriptDirectory
 
-    heads = set(ScriptDirectory.from_config(cfg).get_heads())
+    script = ScriptDirectory.from_config(_alembic_config())
+    script.get_heads()  # builds the revision map now, before any thread shares it
+    return script
+
+
+def _at_head(bind: Engine | Connection) -> bool:
+    from alembic.runtime.migration import MigrationContext
+
+    heads = set(_scripts().get_heads())
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             return set(MigrationContext.configure(conn).get_current_heads()) == heads
@@ -307,7 +322,6 @@ def schema_state(db: str | None = None) -> SchemaState:
     Raises NoStore when there is no store there, StoreError when it cannot be read or is not an evalsvc store.
     """
     from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
 
     store = open_store(db, migrate=False, create=False)
     try:
@@ -315,7 +329,7 @@ def schema_state(db: str | None = None) -> SchemaState:
             current = tuple(sorted(MigrationContext.configure(conn).get_current_heads()))
     finally:
         store.dispose()
-    script = ScriptDirectory.from_config(_alembic_config())
+    script = _scripts()
     known = {rev.revision for rev in script.walk_revisions()}
     return SchemaState(location=store_location(store.url), current=current,
                        heads=tuple(sorted(script.get_heads())), unknown=tuple(r for r in current if r not in known))
