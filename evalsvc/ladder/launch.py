@@ -31,6 +31,7 @@ from harness.redact import MaskedError, scrub_env
 log = logging.getLogger(__name__)
 
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
+FIRST_POLL_S = 0.05  # the first pause between health checks of a launched server
 
 
 class StepLaunchError(MaskedError, RuntimeError):
@@ -119,6 +120,7 @@ def _start(step: LadderStep, launch: LaunchSpec, log_path: Path, guard_env: Mapp
 def _wait_healthy(step: LadderStep, proc: subprocess.Popen[bytes], log_path: Path, poll_interval_s: float) -> None:
     assert step.launch is not None
     deadline = time.monotonic() + step.launch.startup_timeout_s
+    pause = min(FIRST_POLL_S, poll_interval_s)  # doubles up to poll_interval_s: a quick server is seen quickly
     with httpx.Client(timeout=httpx.Timeout(5.0), trust_env=False) as client:
         while True:
             code = proc.poll()
@@ -135,7 +137,8 @@ def _wait_healthy(step: LadderStep, proc: subprocess.Popen[bytes], log_path: Pat
                     f"{step.launch.startup_timeout_s:g}s; raise launch.startup_timeout_s or check the log",
                     log_path, read_log_tail(log_path),
                 )
-            time.sleep(poll_interval_s)
+            time.sleep(pause)
+            pause = min(pause * 2, poll_interval_s)
 
 
 def _is_healthy(client: httpx.Client, url: str) -> bool:
