@@ -99,12 +99,14 @@ def test_importing_the_store_does_not_load_the_http_client() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_migrations_build_exactly_the_models_on_an_empty_store(store: Store) -> None:
+def test_migrations_build_exactly_the_models_on_an_empty_store(wiped_url: str) -> None:
+    store = open_store(wiped_url)
     models = all_models()
     with store.engine.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         version = conn.execute(text("select version_num from alembic_version")).scalars().all()
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    store.dispose()
     assert models >= {"endpoints", "runs", "items"}
     assert tables == models | {"alembic_version"}
     assert version == [latest_revision()]
