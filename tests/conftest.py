@@ -63,6 +63,13 @@ def wrong_when(question: str) -> bool:
     return len(question) % 4 == 0
 
 
+@pytest.fixture(autouse=True)
+def whole_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports print whole lines unless a test asks for a width: a $COLUMNS in the caller's shell (or set by
+    a test runner) would otherwise fold the lines the tests read."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def oracle_server() -> Iterator[FakeOpenAI]:
     with FakeOpenAI(gsm8k_oracle(wrong_when)) as server:
