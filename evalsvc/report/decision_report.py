@@ -140,7 +140,8 @@ def _accuracy_words(d: WorkloadDecision) -> str:
     if d.workload == "chat":
         words += f", standing in for chat from {c.task}, the worst verdict of the pair's tasks"
     if d.settle is not None:
-        words += f"; {accuracy_report.SETTLE_HEAD}: {accuracy_report.describe_settle(c.task, d.settle).rstrip('.')}"
+        settle = accuracy_report.describe_settle(c.task, d.settle).rstrip(".")
+        words += f"; {accuracy_report.SETTLE_HEAD.lower()}: {settle}"
     return words
 
 
