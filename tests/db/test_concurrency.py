@@ -12,13 +12,15 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import GSM8K_TEST, ROOT, wrong_when
-from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
+from tests.fake_openai import FakeOpenAI, Reply, Responder, gsm8k_answers, gsm8k_oracle
 
 WRITERS = 3
 LIMIT = 120
@@ -28,8 +30,9 @@ from pathlib import Path
 from db import queries
 from db.engine import open_store
 
-db, stop, ready = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-polls, errors, history = 0, [], {}
+db, stop, ready, progress = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+LIMIT = int(sys.argv[5])
+polls, errors, history, partial = 0, [], {}, False
 ready.touch()  # imports are done: the writers may start
 while not Path(db).exists():
     time.sleep(0.01)
@@ -40,12 +43,42 @@ while not stop.exists():
             for summary in queries.summarize_runs(session):
                 frame = queries.items_frame(session, summary.run_id)
                 history.setdefault(summary.endpoint, []).append((summary.n, len(frame)))
+                partial = partial or 0 < summary.n < LIMIT
         polls += 1
+        progress.write_text(json.dumps({"polls": polls, "partial": partial}))
     except Exception as exc:
         errors.append(f"{type(exc).__name__}: {exc}")
     time.sleep(0.02)
 print(json.dumps({"polls": polls, "errors": errors, "history": history}))
 """
+
+
+def held_until_read(respond: Responder, progress: Path, after: int) -> Responder:
+    """`respond`, but once `after` requests are answered the rest wait until the reader has polled more than ten
+    times and seen a run in progress: a busy machine cannot let the writers finish before the reader looks.
+    The wait ends after two minutes whatever the reader did, and the assertions then say what it missed."""
+    lock, served, released = threading.Lock(), [0], threading.Event()
+
+    def reader_caught_up() -> bool:
+        try:
+            seen = json.loads(progress.read_text())
+        except (OSError, ValueError):  # not written yet, or read while being written
+            return False
+        return seen["polls"] > 10 and seen["partial"]
+
+    def respond_held(body: dict[str, Any]) -> Reply:
+        with lock:
+            served[0] += 1
+            hold = served[0] > after
+        deadline = time.monotonic() + 120
+        while hold and not released.is_set() and time.monotonic() < deadline:
+            if reader_caught_up():
+                released.set()
+            else:
+                time.sleep(0.05)
+        return respond(body)
+
+    return respond_held
 
 
 def writer(server: FakeOpenAI, db: str, name: str) -> subprocess.Popen[str]:
@@ -62,13 +95,15 @@ def _env() -> dict[str, str]:
 @pytest.mark.slow
 def test_concurrent_runs_and_a_reader_share_one_sqlite_file(tmp_path: Path) -> None:
     db, stop, ready = str(tmp_path / "shared.db"), tmp_path / "stop", tmp_path / "ready"
-    reader = subprocess.Popen([sys.executable, "-c", READER, db, str(stop), str(ready)], env=_env(), cwd=ROOT,
+    progress = tmp_path / "progress"
+    reader = subprocess.Popen([sys.executable, "-c", READER, db, str(stop), str(ready), str(progress), str(LIMIT)],
+                              env=_env(), cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not ready.exists() and time.time() < deadline:  # a slow start must not let the writers finish first
         time.sleep(0.05)
-    # Replies slow enough that each run lasts about a second, so the reader meets runs in progress.
-    with FakeOpenAI(gsm8k_oracle(wrong_when), latency_s=0.05) as server:
+    # A quarter of the items answered, the rest wait for the reader: it meets the runs in progress.
+    with FakeOpenAI(held_until_read(gsm8k_oracle(wrong_when), progress, WRITERS * LIMIT // 4)) as server:
         procs = {f"w{i}": writer(server, db, f"w{i}") for i in range(WRITERS)}
         outputs = {name: proc.communicate(timeout=300) for name, proc in procs.items()}
     time.sleep(0.2)  # let the reader see the finished state at least once
