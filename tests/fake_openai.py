@@ -307,6 +307,9 @@ class FakeOpenAI:
 def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body leave as two writes: with Nagle's algorithm on, the client's delayed ACK held each
+        # reply about 40 ms (a 120-item run took 0.87 s instead of 0.24 s). Real servers set TCP_NODELAY too.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -98,11 +98,11 @@ def test_timeout_bounds_the_whole_request_not_each_read() -> None:
         async with EndpointClient(url, "fake-model", timeout_s=timeout_s, retry=retry) as client:
             return await client.complete(Request(mode="completion", prompt="2+2="), DecodingSettings())
 
-    # Ten pieces 0.1 s apart: each read comes within 0.1 s, so only a limit on the whole attempt cuts it at 0.5 s.
-    with FakeOpenAI(lambda body: Reply(text="x" * 40), faults=lambda i, b: Fault("trickle", delay_s=0.1)) as server:
-        cut = asyncio.run(go(server.base_url, 0.5))
+    # Ten pieces 0.06 s apart: each read comes within 0.06 s, so only a limit on the whole attempt cuts it at 0.3 s.
+    with FakeOpenAI(lambda body: Reply(text="x" * 40), faults=lambda i, b: Fault("trickle", delay_s=0.06)) as server:
+        cut = asyncio.run(go(server.base_url, 0.3))
         whole = asyncio.run(go(server.base_url, 30.0))  # the same trickle, given time, is a normal answer
-    assert cut.error is not None and "no complete response within 0.5 s" in cut.error and cut.attempts == 2
+    assert cut.error is not None and "no complete response within 0.3 s" in cut.error and cut.attempts == 2
     assert whole.error is None and whole.text == "x" * 40
 
 

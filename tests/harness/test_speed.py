@@ -56,7 +56,7 @@ def assert_tracks_served_pacing(sample: SpeedSample, server: FakeOpenAI, request
 
 
 def test_probe_measures_the_scripted_ttft_and_decode_speed() -> None:
-    script = StreamScript(ttft_s=0.2, interval_s=0.01, n_tokens=50)
+    script = StreamScript(ttft_s=0.1, interval_s=0.01, n_tokens=50)
     decoding = DecodingSettings(max_tokens=64, seed=7)
     samples, server = run_probe_served(script, ["What is 2+2?", "Name a colour."], decoding=decoding, warmup=1)
     requests = server.requests
@@ -88,7 +88,7 @@ def test_probe_measures_the_scripted_ttft_and_decode_speed() -> None:
 
 def test_slower_interval_gives_proportionally_lower_decode_speed() -> None:
     fast, fast_server = run_probe_served(StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=40), ["a"], warmup=0)
-    slow, slow_server = run_probe_served(StreamScript(ttft_s=0.05, interval_s=0.03, n_tokens=40), ["a"], warmup=0)
+    slow, slow_server = run_probe_served(StreamScript(ttft_s=0.05, interval_s=0.02, n_tokens=40), ["a"], warmup=0)
     assert_tracks_served_pacing(fast[0], fast_server, 0, 40)
     assert_tracks_served_pacing(slow[0], slow_server, 0, 40)
     served_ratio = fast_server.served_decode_tps(0, 40) / slow_server.served_decode_tps(0, 40)
@@ -116,9 +116,9 @@ def test_usage_figure_is_taken_as_reported() -> None:
 
 
 def test_reasoning_tokens_count_for_ttft_and_length() -> None:
-    script = StreamScript(ttft_s=0.05, interval_s=0.08, n_tokens=12, reasoning_tokens=10, usage=False)
+    script = StreamScript(ttft_s=0.05, interval_s=0.05, n_tokens=12, reasoning_tokens=10, usage=False)
     samples, server = run_probe_served(script, ["think"], warmup=0)
-    # Ignoring reasoning, the first token could not be read before the first content chunk left (0.8 s after the
+    # Ignoring reasoning, the first token could not be read before the first content chunk left (0.5 s after the
     # first reasoning chunk), and 2 chunks would be counted.
     assert samples[0].ttft_s < server.sent_at[0][10] - server.arrived_at[0]
     assert samples[0].output_tokens == 12
