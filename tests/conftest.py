@@ -23,6 +23,9 @@ from click.testing import CliRunner, Result
 from tests.fake_openai import GSM8K_TEST_FILE, FakeOpenAI, gsm8k_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
+# Tests that build or use the embedded engine under ~/.cache/evalsvc or start the demo on its fixed ports
+# 8391-8393: pytest-xdist (`--dist loadgroup`) gives them all to one worker, so two never meet.
+ENGINE_GROUP = pytest.mark.xdist_group("embedded-engine")
 GSM8K_TEST = str(GSM8K_TEST_FILE)
 STOP_BOUND_S = 10.0  # issue 19: nothing evalsvc started for a run is left 10 s after a signal stops it
 

@@ -8,12 +8,13 @@ them, so a broken database setup can never pass as green.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, make_url, text
 
 from db.engine import Store, StoreError, open_store, schema_state
 from db.models import Base
@@ -26,9 +27,29 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def pg_url() -> str:
-    """EVALSVC_TEST_PG, else EVALSVC_DB when it names a PostgreSQL server, else the CI default."""
+    """EVALSVC_TEST_PG, else EVALSVC_DB when it names a PostgreSQL server, else the CI default; under
+    pytest-xdist, a database of this worker's own beside it (see `worker_database`)."""
     store_url = os.environ.get("EVALSVC_DB", "")
-    return os.environ.get(PG_ENV) or (store_url if store_url.startswith("postgresql") else DEFAULT_PG_URL)
+    url = os.environ.get(PG_ENV) or (store_url if store_url.startswith("postgresql") else DEFAULT_PG_URL)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return worker_database(url, worker) if worker else url
+
+
+@functools.cache
+def worker_database(url: str, worker: str) -> str:
+    """The URL of database `<name>_<worker>` on the server of `url`, made once if missing: tests wipe their
+    database, so two workers must never share one. An unreachable server leaves the URL for `require_pg` to
+    report."""
+    parsed = make_url(url)
+    own = parsed.set(database=f"{parsed.database}_{worker}")
+    if pg_problem(url) is None and pg_problem(own.render_as_string(hide_password=False)) is not None:
+        admin = create_engine(url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{own.database}"'))
+        finally:
+            admin.dispose()
+    return own.render_as_string(hide_password=False)
 
 
 def pg_problem(url: str) -> str | None:

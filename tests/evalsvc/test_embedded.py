@@ -30,7 +30,9 @@ from evalsvc.home import evalsvc_home
 from evalsvc.ladder.file import load_ladder, resolve_ladder
 from evalsvc.ladder.launch import launch_step
 from evalsvc.run.status import INTERVAL_ENV, step_times
-from tests.conftest import ROOT, StatusLines
+from tests.conftest import ENGINE_GROUP, ROOT, StatusLines
+
+pytestmark = ENGINE_GROUP
 
 LADDER = Path(__file__).resolve().parents[2] / "evalsvc" / "ladder" / "builtin" / "embedded-cpu.yaml"
 GGUF_MAGIC = b"GGUF"

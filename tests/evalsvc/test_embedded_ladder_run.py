@@ -13,7 +13,9 @@ import pytest
 
 from evalsvc.engine.demo import embedded_ladder_path
 from evalsvc.ladder.file import load_ladder
-from tests.conftest import GSM8K_TEST, free_port, run_cli_process
+from tests.conftest import ENGINE_GROUP, GSM8K_TEST, free_port, run_cli_process
+
+pytestmark = ENGINE_GROUP
 
 STEPS = ["q4_1", "q4_1+prompt-lookup", "q4_0-pure+prompt-lookup"]
 

@@ -37,9 +37,11 @@ from evalsvc.ladder import watchdog
 from evalsvc.ladder.file import LadderStep, LaunchSpec
 from evalsvc.ladder.launch import PortInUseError, launch_step, port_is_free
 from evalsvc.ladder.watchdog import proc_stat, process_alive
-from tests.conftest import GSM8K_TEST, ROOT, STOP_BOUND_S, free_port, tagged_processes, wait_until_gone
+from tests.conftest import ENGINE_GROUP, GSM8K_TEST, ROOT, STOP_BOUND_S, free_port, tagged_processes, wait_until_gone
 from tests.evalsvc.test_crash_resume import stored_count
 from tests.evalsvc.test_embedded import install_standin
+
+pytestmark = ENGINE_GROUP
 
 N_ITEMS = 40
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGKILL: -signal.SIGKILL}
