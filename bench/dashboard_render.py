@@ -11,11 +11,13 @@ the script has finished, the socket is connected and no skeleton is left.
 Three ways in, per page:
 - cold: the first view of the page right after the server starts (a new
   server per page: nothing imported, nothing cached), as a person sees it who
-  opens a link to that page first; timed from the moment the server answers,
-  twice: in a new browser profile (every Streamlit script fetched and compiled
-  again) and in a browser that has shown the dashboard before (its cache
-  holds Streamlit's scripts, as a person's who uses the dashboard does). The
-  server's own start (launch to answering) is printed beside it;
+  opens a link to that page first; timed from the moment the server answers
+  its health check, twice: in a new browser profile (every Streamlit script
+  fetched and compiled again) and in a browser that has shown the dashboard
+  before (its cache holds Streamlit's scripts, as a person's who uses the
+  dashboard does). The dashboard answers once it has computed every page's
+  first view, so the server's start (launch to answering), printed beside,
+  includes that work;
 - load: a fresh page load of the page's URL (a new session: the browser loads
   Streamlit's scripts again), the first time (results not yet cached; imports
   already done by a warm-up page) and the median of later times;
