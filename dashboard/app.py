@@ -51,17 +51,19 @@ def render_sidebar(url: str) -> None:
         watch_runs(url)
 
 
-def _runs_seen(url: str) -> tuple[tuple[int, str], ...] | None:
+def _runs_seen(url: str) -> tuple[tuple[tuple[int, str], ...], tuple[int, ...]] | None:
     try:
         runs = data.load_runs(url)
+        speeds = data.speed_runs(url, tuple(sorted(set(runs["endpoint"]))))
     except StoreError:
         return None
-    return tuple(zip(runs["run_id"].astype(int), runs["status"].astype(str)))
+    return tuple(zip(runs["run_id"].astype(int), runs["status"].astype(str))), speeds
 
 
 @st.fragment(run_every=NEW_RUNS_S)
 def watch_runs(url: str) -> None:
-    """Reruns the page when a run is added or changes state, so new runs appear without a reload."""
+    """Reruns the page when a run is added or changes state, or a speed is stored, so they appear without a
+    reload."""
     seen = _runs_seen(url)
     before = st.session_state.get("runs_seen")
     st.session_state["runs_seen"] = seen

@@ -134,9 +134,15 @@ def load_item(url: str, run_id: int, item_id: str) -> dict[str, Any] | None:
         return {column.key: getattr(item, column.key) for column in item.__mapper__.column_attrs}
 
 
-@st.cache_data(ttl=10, show_spinner=False)
 def endpoint_speeds(url: str, endpoints: tuple[str, ...]) -> dict[str, dict[str, task_time.EndpointSpeed]]:
     """Each endpoint's latest speed per workload (`evalsvc speed`), where one is stored and usable."""
+    return _endpoint_speeds(url, endpoints, speed_runs(url, endpoints))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _endpoint_speeds(url: str, endpoints: tuple[str, ...],
+                     speed_ids: tuple[int, ...]) -> dict[str, dict[str, task_time.EndpointSpeed]]:
+    """Keyed on the stored speed runs (as the decisions are), so a new speed shows with them, never a stale one."""
     found: dict[str, dict[str, task_time.EndpointSpeed]] = {}
     with get_store(url).session() as session:
         for name in endpoints:
@@ -213,8 +219,8 @@ def _ladder_runs_key(runs: pd.DataFrame, steps: Sequence[str]) -> tuple[RunKey, 
 
 
 @st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
-def _speed_key(url: str, steps: tuple[str, ...]) -> tuple[int, ...]:
-    """The ids of the steps' speed runs: a new speed measurement changes the decisions."""
+def speed_runs(url: str, steps: tuple[str, ...]) -> tuple[int, ...]:
+    """The ids of the steps' speed runs: a new speed measurement changes the decisions and the speeds shown."""
     with get_store(url).session() as session:
         return queries.speed_run_ids(session, steps)
 
@@ -255,7 +261,7 @@ def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = Fal
     """
     if len(steps) < 2:
         return "pick at least two steps to compare"
-    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), _speed_key(url, tuple(steps)), force,
+    return _ladder(url, tuple(steps), _ladder_runs_key(runs, steps), speed_runs(url, tuple(steps)), force,
                    margins_ or margins())
 
 

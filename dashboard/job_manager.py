@@ -131,9 +131,15 @@ def speed_argv(request: SpeedRequest) -> list[str]:
     """The `evalsvc speed` arguments for the request: measure, or store a vendor figure with its source."""
     argv = ["speed", "--endpoint", request.endpoint, "--workload", request.workload]
     if request.tokens_per_second is None:
+        if request.source.strip():  # as `evalsvc speed` refuses --source without --tokens-per-second
+            raise JobError(f"A source ({request.source.strip()!r}) was entered without its tokens per second: enter "
+                           "the figure, or clear the source to measure the server.")
         return argv + ["--limit", str(request.limit)]
-    if request.tokens_per_second <= 0 or not request.source.strip():
-        raise JobError("a decode speed entered by hand needs a positive tokens per second and where it comes from")
+    if request.tokens_per_second <= 0:
+        raise JobError(f"A decode speed entered by hand must be above 0 tok/s, got {request.tokens_per_second:g}.")
+    if not request.source.strip():
+        raise JobError(f"Fill in where the figure of {request.tokens_per_second:g} tok/s comes from "
+                       "(e.g. vendor table, 2026-11).")
     return argv + ["--tokens-per-second", f"{request.tokens_per_second:g}", "--source", request.source.strip()]
 
 

@@ -112,8 +112,9 @@ JOB_STATES = {
 }
 
 
-def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> None:
-    """One job: its state in words, a progress bar per run, accuracy and links when done, the end of its log."""
+def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str], url: str) -> None:
+    """One job: its state in words, a progress bar per run, accuracy and links (or the speed stored) when done, the
+    end of its log."""
     when = datetime.fromtimestamp(job.started_at).strftime("%Y-%m-%d %H:%M:%S")
     speed = job.workload is not None
     what = f"speed of {job.endpoint} ({job.workload})" if speed else job.endpoint
@@ -122,6 +123,8 @@ def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> No
         st.caption(JOB_STATES.get(job.state, ""))
         for _, run in ([] if speed else job_runs(runs, job).iterrows()):
             render_run(run, job.endpoint, order)
+        if speed and job.state == "finished":
+            st.markdown(widgets.esc(stored_speed_line(url, job)))
         tail = job_manager.log_tail(job)
         if job.state == "failed" and (reason := error_line(tail)):
             st.error(reason)  # the one line that says what to do, not buried under the retries above it
@@ -129,6 +132,15 @@ def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str]) -> No
             job_manager.stop_job(job)
         with st.expander("log", expanded=job.state in ("failed", "lost")):
             st.code(tail or "(empty)", language=None, wrap_lines=True)
+
+
+def stored_speed_line(url: str, job: job_manager.Job) -> str:
+    """What a finished speed job left in the store: the step's speed on that workload, as the pages use it."""
+    workload = str(job.workload)
+    speed = data.endpoint_speeds(url, (job.endpoint,)).get(job.endpoint, {}).get(workload)
+    if speed is None:
+        return f"No usable {workload} speed is stored for {job.endpoint}: the log says why."
+    return f"{job.endpoint} {workload} speed now stored: {speed.describe()}"
 
 
 def render_run(run: pd.Series, endpoint: str, order: list[str]) -> None:
@@ -165,7 +177,7 @@ def render_progress(url: str) -> None:
         st.caption("No evaluation started here yet.")
     order = analysis.ladder_order(runs)
     for job in jobs[:10]:
-        render_job(job, runs, order)
+        render_job(job, runs, order, url)
     running = runs[runs["status"] == "running"]
     if not running.empty:
         st.subheader("Runs being written")

@@ -553,6 +553,23 @@ def test_max_tokens_and_template_reach_the_command() -> None:
     assert argv[argv.index("--template") + 1] == "fewshot-completion@v1"
 
 
+@pytest.mark.parametrize(
+    ("tps", "source", "refusal"),
+    [
+        (250.0, " ", "Fill in where the figure of 250 tok/s comes from (e.g. vendor table, 2026-11)."),
+        (None, "vendor table", "A source ('vendor table') was entered without its tokens per second: enter the "
+                               "figure, or clear the source to measure the server."),
+        (-5.0, "vendor table", "A decode speed entered by hand must be above 0 tok/s, got -5."),
+    ],
+)
+def test_the_speed_form_refuses_a_figure_without_its_source_and_a_source_without_its_figure(
+    tps: float | None, source: str, refusal: str
+) -> None:
+    with pytest.raises(job_manager.JobError) as refused:
+        job_manager.speed_argv(job_manager.SpeedRequest("s", "math", 20, tps, source))
+    assert str(refused.value) == refusal
+
+
 @pytest.mark.slow
 def test_measure_speed_from_the_form_probes_the_stored_endpoint(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_server: FakeOpenAI

@@ -21,11 +21,13 @@ import pytest
 
 from evalsvc.cli.dashboard import streamlit_argv
 from evalsvc.doctor import CHROMIUM_ENV, chromium_path
-from tests.conftest import free_port, needs_tool
+from tests.conftest import GSM8K_TEST, free_port, needs_tool, run_cli_process
 from tests.dashboard import seed
+from tests.fake_openai import FakeOpenAI, StreamScript, gsm8k_oracle
 
 pytest.importorskip("playwright.sync_api", reason="playwright is needed for the browser tests (pip install playwright)")
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 
 CHROMIUM = chromium_path()
 CHROMIUM_INSTALL = f"apt-get install chromium, or set {CHROMIUM_ENV}"
@@ -462,3 +464,138 @@ def test_evaluate_starts_a_run_and_shows_progress_after_reload(
     page.get_by_role("link", name="Where browser-step stands on the ladder").click()
     open_page(page, "Ladder")
     expect(page.get_by_text("No runs in this store yet")).to_have_count(0)
+
+
+# --- decode speeds from the Evaluate page (its own store: it measures and stores speeds) ------
+
+
+def evaluate(db: str, step: str, base_url: str) -> None:
+    """Store a run of 20 GSM8K questions for `step`, answered by the server at `base_url`, through the CLI."""
+    result = run_cli_process("run", "--endpoint", step, "--url", base_url, "--model", "fake-model", "--data",
+                             GSM8K_TEST, "--db", db, "--limit", "20", "--no-progress")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture()
+def speed_app(tmp_path: Path) -> Iterator[tuple[str, FakeOpenAI]]:
+    """bf16 and int4 evaluated on 20 GSM8K questions through the CLI (bf16 answers right, int4 streams "t0 t1 ..."
+    from a scripted server that keeps running at its stored address); the app on that store. Yields the app and the
+    server."""
+    db = str(tmp_path / "speeds.db")
+    # In a process of its own: Playwright's event loop runs in this thread, and the CLI runs one too.
+    with FakeOpenAI(gsm8k_oracle(lambda q: False, lambda q: 40)) as oracle:
+        evaluate(db, "bf16", oracle.base_url)
+    with StreamScript(ttft_s=0.02, interval_s=0.005, n_tokens=40).server() as server:
+        evaluate(db, "int4", server.base_url)
+        proc, base = start_streamlit(db, tmp_path / "speeds.log")
+        try:
+            yield base, server
+        finally:
+            stop(proc)
+
+
+def speed_job(page: Page, what: str) -> Locator:
+    """The box of the job started from the page for `what` (e.g. 'speed of int4 (math)')."""
+    return page.locator('[class*="st-key-job_"]', has_text=what)
+
+
+def fill_speed_form(page: Page, step: str, workload: str, tps: str = "0", source: str = "", limit: str = "") -> None:
+    form = page.locator('[data-testid="stForm"]', has_text="Measure speed (or store the figure entered)")
+    form.get_by_role("combobox", name="Step", exact=True).click()
+    page.get_by_role("option", name=step, exact=True).click()
+    form.get_by_role("combobox", name="Workload", exact=True).click()
+    page.get_by_role("option", name=workload, exact=True).click()
+    if limit:
+        form.get_by_label("Prompts to time").fill(limit)
+    form.get_by_label("Or: decode tokens per second from a vendor table (0 = measure)").fill(tps)
+    form.get_by_label("Where that figure comes from").fill(source)
+    form.get_by_role("button", name="Measure speed (or store the figure entered)").click()
+
+
+COLUMN_BY_STEP_JS = """column => {
+    for (const table of document.querySelectorAll('[data-testid="stMarkdownContainer"] table')) {
+        const rows = [...table.rows].map(r => [...r.cells].map(c => c.innerText.trim()));
+        const at = rows[0].indexOf(column), step = rows[0].indexOf('step');
+        if (at >= 0 && step >= 0) return Object.fromEntries(rows.slice(1).map(r => [r[step], r[at]]));
+    }
+    return null;
+}"""
+
+
+def column_by_step(page: Page, column: str) -> dict[str, str]:
+    """One column of the first Markdown table that has it, by the row's step."""
+    return page.evaluate(COLUMN_BY_STEP_JS, column)
+
+
+def wait_column(page: Page, column: str, expected: dict[str, str]) -> None:
+    """Until the first table with `column` reads `expected` by step (the page redraws it by itself)."""
+    page.wait_for_function(f"([column, expected]) => JSON.stringify(({COLUMN_BY_STEP_JS})(column)) "
+                           "=== JSON.stringify(expected)", arg=[column, expected], timeout=RENDER_TIMEOUT_MS)
+
+
+def test_decode_speeds_measured_and_entered_from_the_evaluate_page(
+    page: Page, speed_app: tuple[str, FakeOpenAI], artifacts: Path
+) -> None:
+    base, server = speed_app
+    before = len(server.requests)  # the evaluation's requests
+    # No speeds yet: the ladder's math table has no tok/s and the pair has no task time.
+    page.goto(f"{base}/length_time?task=gsm8k&a=bf16&b=int4")
+    open_page(page, "Length and time")
+    expect(page.get_by_text("No math decode speed stored for both steps")).to_be_visible()
+    # A second tab stays on the Ladder, never reloaded: the speeds stored below must appear there by themselves.
+    ladder_tab = page.context.new_page()
+    ladder_tab.goto(base)
+    open_page(ladder_tab, "Ladder")
+    assert column_by_step(ladder_tab, "math tok/s") == {"bf16": "n/a", "int4": "n/a"}
+    assert column_by_step(ladder_tab, "task time vs prev") == {"bf16": "n/a", "int4": "n/a"}
+    # 1. Measure int4's math speed against its running server.
+    page.goto(f"{base}/evaluate")
+    open_page(page, "Evaluate an endpoint")
+    fill_speed_form(page, "int4", "math", limit="3")
+    expect(page.get_by_text("Started: evalsvc speed --endpoint int4 --workload math --limit 3")).to_be_visible()
+    measured = speed_job(page, "speed of int4 (math)")
+    expect(measured).to_contain_text("speed of int4 (math): finished", timeout=RENDER_TIMEOUT_MS)
+    expect(measured).to_contain_text(re.compile(r"int4 math speed now stored: \d+ tok/s measured over 3 requests"),
+                                     timeout=RENDER_TIMEOUT_MS)
+    shoot(page, artifacts, "16_speed_measured")
+    probes = server.requests[before:]
+    assert len(probes) == 4 and all(body["stream"] for body in probes), probes  # a warm-up, then 3 timed, streamed
+    measured_tps = int(re.search(r"math speed now stored: (\d+) tok/s", measured.inner_text()).group(1))
+    # 2. A vendor figure for bf16, with its source.
+    fill_speed_form(page, "bf16", "math", tps="300", source="vendor table 2026-11")
+    expect(page.get_by_text("Started: evalsvc speed --endpoint bf16 --workload math --tokens-per-second 300 "
+                            "--source vendor table 2026-11")).to_be_visible()
+    entered = speed_job(page, "speed of bf16 (math)")
+    expect(entered).to_contain_text("bf16 math speed now stored: 300 tok/s entered by hand (vendor table 2026-11)",
+                                    timeout=RENDER_TIMEOUT_MS)
+    shoot(page, artifacts, "17_speed_entered_by_hand")
+    # 3. A figure without its source is refused in one line, and nothing is started.
+    fill_speed_form(page, "int4", "code", tps="250")
+    refusal = page.locator('[data-testid="stAlertContentError"]')
+    expect(refusal).to_have_count(1)
+    expect(refusal).to_have_text(re.compile(r"^[^\n]*where the figure of 250 tok/s comes from[^\n]*$"))
+    shoot(page, artifacts, "18_speed_without_source")
+    # A source without its figure is refused too, not measured with the source dropped.
+    fill_speed_form(page, "int4", "code", source="vendor table 2026-11")
+    expect(refusal).to_have_text("A source ('vendor table 2026-11') was entered without its tokens per second: "
+                                 "enter the figure, or clear the source to measure the server.")
+    wait_rendered(page)
+    expect(page.get_by_text("Started: evalsvc speed --endpoint int4 --workload code")).to_have_count(0)
+    expect(speed_job(page, "speed of int4 (code)")).to_have_count(0)
+    # The ladder and the pair now use both: tok/s in the math table, a task time with each speed's origin.
+    speeds = {"bf16": "300", "int4": str(measured_tps)}
+    try:
+        wait_column(ladder_tab, "math tok/s", speeds)
+    except PlaywrightTimeout:
+        pytest.fail(f"the Ladder tab still reads {column_by_step(ladder_tab, 'math tok/s')}, not {speeds}")
+    task_time = column_by_step(ladder_tab, "task time vs prev")
+    assert task_time["bf16"] == "n/a" and re.fullmatch(r"\d\.\d{3}x \(\d\.\d{3} to \d\.\d{3}\)", task_time["int4"]), task_time
+    shoot(ladder_tab, artifacts, "19_ladder_with_speeds")
+    page.goto(f"{base}/length_time?task=gsm8k&a=bf16&b=int4")
+    open_page(page, "Length and time")
+    text = main_text(page)
+    assert "No math decode speed stored" not in text
+    assert "A: 300 tok/s entered by hand (vendor table 2026-11)" in text, text
+    assert f"B: {measured_tps} tok/s measured over 3 requests (int4 math probe)" in text, text
+    assert re.search(r"task time B/A\n\d\.\d{3}", text), text
+    shoot(page, artifacts, "20_length_time_with_speeds")
