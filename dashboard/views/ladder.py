@@ -92,7 +92,8 @@ def render_ship(steps: Sequence[str], decisions: Sequence[WorkloadDecision], sho
             st.markdown(ship_heading(workload, ship, stop))
             if stop is not None:
                 render_decision(stop)
-            with st.expander(f"All {widgets.plural(len(chain), 'step-to-step decision')} for {workload}"):
+            count = "The step-to-step decision" if len(chain) == 1 else f"All {len(chain)} step-to-step decisions"
+            with st.expander(f"{count} for {workload}"):
                 widgets.table(widgets.decisions_frame(chain, stop, workload=False))
 
 

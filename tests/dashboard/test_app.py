@@ -149,6 +149,7 @@ def test_ladder_without_chat_speeds_says_how_to_measure(monkeypatch: pytest.Monk
     # One step, one item set: words in the singular.
     lines = [m.value for m in at.markdown]
     assert any("no math speed for s1" in line for line in lines), lines
+    assert "The step-to-step decision for math" in [e.label for e in at.expander]
 
 
 def test_any_two_steps_answer_stop_at_a_or_take_b(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
