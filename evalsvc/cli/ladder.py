@@ -12,7 +12,7 @@ from db.engine import Store
 from evalsvc.cli.runs import (
     API_KEY_OPTION, DB_OPTION, ISOLATION_OPTION, JSON_OPTION, MAX_TOKENS_HELP, write_store,
 )
-from evalsvc.engine.demo import demo_sizes, run_demo
+from evalsvc.engine.demo import chat_cut_line, demo_sizes, demo_timing, run_demo
 from evalsvc.engine.embedded import LADDER_SETUPS
 from evalsvc.ladder.file import Ladder
 from evalsvc.ladder.run import LadderPlan, StepOutcome, run_ladder_file, speed_workloads
@@ -111,5 +111,8 @@ def demo_command(full: bool, data: str | None, no_progress: bool, isolation: str
     done = run_demo(lambda: write_store(db), full, data, isolation, progress=not (no_progress or as_json))
     if not as_json:
         click.echo(f"embedded ladder: {' -> '.join(s.name for s in done.ladder.steps)} ({demo_sizes(full)}, "
-                   f"max_tokens {done.max_tokens})")
+                   f"max_tokens {done.max_tokens}; {demo_timing()})")
     print_outcomes(done.store, done.ladder, done.outcomes, as_json)
+    line = None if as_json else chat_cut_line(done.store, [s.name for s in done.ladder.steps])
+    if line:
+        click.echo(f"\n{line}")

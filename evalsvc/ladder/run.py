@@ -46,6 +46,11 @@ class LadderPlan:
     speed_workloads: tuple[str, ...] = ()
     speed_n: int = 5
     speed_max_tokens: int = DecodingSettings().max_tokens
+    speed_caps: Mapping[str, int] = field(default_factory=dict)  # per workload; missing means `speed_max_tokens`
+
+    def speed_cap(self, workload: str) -> int:
+        """The probe's output cap for this workload."""
+        return self.speed_caps.get(workload, self.speed_max_tokens)
 
 
 def check_tasks(tasks: Sequence[str], isolation: str) -> None:
@@ -115,21 +120,24 @@ def stored_complete_run(store: Store, spec: RunSpec) -> int | None:
 def _measure(store: Store, step: LadderStep, workload: str, plan: LadderPlan) -> None:
     try:
         measure_speed(store, SpeedPlan(endpoint=step.name, workload=workload, n=plan.speed_n,
-                                       max_tokens=plan.speed_max_tokens, data=plan.data,
+                                       max_tokens=plan.speed_cap(workload), data=plan.data,
                                        url=step.base_url, model=step.model, api_key=plan.base.api_key,
                                        new_url=True))  # the ladder file says where each step answers
     except SpeedError as exc:  # the accuracy runs stand; the decision will say the speed is missing
         log.error("step %s: %s speed not measured: %s", step.name, workload, exc)
 
 
-def has_speed(store: Store, endpoint: str, workload: str) -> bool:
-    """Whether a speed for this step and workload is stored already (measured or entered by hand)."""
+def has_speed(store: Store, endpoint: str, workload: str, max_tokens: int) -> bool:
+    """Whether the speed the decisions read for this step and workload (the latest) can stand: entered by hand,
+    or measured with at least this output cap (a probe with a lower cap may have cut the answers whose
+    lengths the chat decision pairs, so it is measured again)."""
     with store.session() as session:
         try:
             endpoint_id = queries.get_endpoint(session, endpoint).id
         except queries.NotFound:
             return False
-        return queries.latest_speed_run(session, endpoint_id, workload) is not None
+        run = queries.latest_speed_run(session, endpoint_id, workload)
+        return run is not None and (not run.measured or (run.max_tokens or 0) >= max_tokens)
 
 
 def run_ladder_file(store: Store, path: str | Path, plan: LadderPlan, progress: bool = True,
@@ -155,7 +163,7 @@ def run_ladder(store: Store, ladder: Ladder, plan: LadderPlan, log_dir: Path, pr
         todo = [spec for spec in specs if stored[spec.task] is None]
         reused = tuple(task for task, run_id in stored.items() if run_id is not None)
         run_ids = [run_id for run_id in stored.values() if run_id is not None]
-        speeds = [w for w in plan.speed_workloads if not has_speed(store, step.name, w)]
+        speeds = [w for w in plan.speed_workloads if not has_speed(store, step.name, w, plan.speed_cap(w))]
         if not todo and not speeds:
             log.info("step %s: every task already evaluated with this config", step.name)
             outcomes.append(StepOutcome(step.name, tuple(run_ids), reused))

@@ -7,12 +7,21 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from evalsvc.engine.demo import embedded_ladder_path
+from db import queries
+from db.engine import open_store
+from evalsvc.decision.build import build_ladder
+from evalsvc.decision.workload import Choice, ReasonKind
+from evalsvc.engine.demo import (
+    DEMO_CHAT_MAX_TOKENS, DEMO_MAX_TOKENS, DEMO_SPEED_N, chat_cut_line, demo_plan, embedded_ladder_path,
+)
+from evalsvc.engine.embedded import LADDER_SETUPS
 from evalsvc.ladder.file import load_ladder
+from evalsvc.ladder.run import prepare_ladder, run_ladder
 from tests.conftest import ENGINE_GROUP, GSM8K_TEST, free_port, run_cli_process
 
 pytestmark = ENGINE_GROUP
@@ -69,3 +78,38 @@ def test_embedded_ladder_runs_three_real_steps_then_reuses_them(db_path: str, tm
     again = json.loads(second.stdout)["steps"]
     assert all(s["reused"] == ["gsm8k"] for s in again)
     assert [s["run_ids"] for s in again] == [s["run_ids"] for s in out["steps"]]
+
+
+@pytest.mark.slow
+def test_the_demo_chat_probe_decides_chat_on_the_q4_1_steps_and_says_why_not_next_to_the_looping_one(
+    db_path: str, tmp_path: Path
+) -> None:
+    """The demo's chat probe (its prompts and caps) on the real steps: on both Q4_1 steps SmolLM2 ends every answer
+    below the cap, so that chat decision pairs real lengths (at the old cap of 128 every answer was cut and every chat
+    decision read "can't tell yet"); the pure Q4_0 step's answers run to the cap, so its chat decision is refused
+    for that reason and the demo's line says so, naming only that step."""
+    ladder = prepare_ladder(load_ladder(on_free_ports(tmp_path)), LADDER_SETUPS)
+    plan = replace(demo_plan(False, None, "process", DEMO_MAX_TOKENS), tasks=(), speed_workloads=("chat",))
+    store = open_store(db_path)
+    outcomes = run_ladder(store, ladder, plan, tmp_path / "logs", progress=False)
+    assert [o.error for o in outcomes] == [None, None, None]
+    with store.session() as session:
+        finishes = {}
+        for name in STEPS:
+            run = queries.latest_speed_run(session, queries.get_endpoint(session, name).id, "chat")
+            assert run is not None and run.max_tokens == DEMO_CHAT_MAX_TOKENS
+            samples = [s for _, s in queries.speed_samples(session, run.id)]
+            assert len(samples) == DEMO_SPEED_N and all(s.ok for s in samples)
+            finishes[name] = [(s.output_tokens, s.finish_reason) for s in samples]
+    assert all(f == "stop" and n < DEMO_CHAT_MAX_TOKENS for n, f in finishes[STEPS[0]] + finishes[STEPS[1]]), finishes
+    assert any(f == "length" for _, f in finishes[STEPS[2]]), finishes
+    first, second = [next(w for w in pair.workloads if w.workload == "chat") for pair in build_ladder(store, STEPS).decisions]
+    assert first.truncated == (0, 0) and first.tokens is not None
+    assert ReasonKind.TRUNCATED not in {r.kind for r in first.reasons}
+    assert second.truncated is not None and second.truncated[0] == 0 and second.truncated[1] > 0
+    assert second.choice is Choice.CANT_TELL and ReasonKind.TRUNCATED in {r.kind for r in second.reasons}
+    line = chat_cut_line(store, STEPS)
+    assert line is not None and line.startswith(f"chat: can't tell yet next to {STEPS[2]}: ")
+    assert f"answers of {STEPS[2]} ran to the chat probe's {DEMO_CHAT_MAX_TOKENS}-token cap" in line
+    assert STEPS[0] not in line.replace(STEPS[2], "") and "what would settle it" in line
+    store.dispose()

@@ -4,17 +4,22 @@ rest continue; steps already evaluated with the same config are not redone."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from db.engine import open_store
 from evalsvc.ladder.file import load_ladder
-from evalsvc.ladder.run import LadderPlan, evaluation_step, step_spec
+from evalsvc.decision.build import build_ladder
+from evalsvc.engine.demo import DEMO_CHAT_MAX_TOKENS, DEMO_SPEED_N, chat_cut_line, demo_plan
+from evalsvc.ladder.run import LadderPlan, evaluation_step, run_ladder, step_spec
+from evalsvc.run.speed import record_speed_by_hand
 from evalsvc.run.status import heartbeat
+from harness.speed import WARMUP_MAX_TOKENS
 from tests.conftest import GSM8K_TEST, run_cli, wrong_when
 from tests.evalsvc.ladder_yaml import crashing_step
-from tests.fake_openai import FakeOpenAI, gsm8k_answers, gsm8k_oracle
+from tests.fake_openai import FakeOpenAI, Reply, gsm8k_answers, gsm8k_oracle
 
 
 def write_ladder(path: Path, good_a: str, good_b: str) -> Path:
@@ -98,3 +103,54 @@ def test_a_ladder_with_one_step_with_results_runs_and_says_there_is_nothing_to_c
     assert "fewer than two steps have results: nothing to compare" in as_text.output
     out = json.loads(as_json.stdout)
     assert out["report"] is None and [s["step"] for s in out["steps"]] == ["bf16", "broken"]
+
+
+def two_step_ladder(path: Path, a: str, b: str) -> Path:
+    path.write_text(f"name: two\nsteps:\n  - name: base\n    base_url: {a}\n    model: fake-model\n"
+                    f"  - name: deep\n    base_url: {b}\n    model: fake-model\n")
+    return path
+
+
+def test_the_demo_says_in_one_line_which_steps_chat_answers_ran_to_the_cap(tmp_path: Path, db_path: str) -> None:
+    ended, cut = Reply("It ends here."), Reply("again " * 40, finish_reason="length", completion_tokens=512)
+    with FakeOpenAI(lambda body: ended) as a, FakeOpenAI(lambda body: cut if body["max_tokens"] > 16 else ended) as b:
+        ladder, store = load_ladder(two_step_ladder(tmp_path / "ladder.yaml", a.base_url, b.base_url)), open_store(db_path)
+        assert chat_cut_line(store, ["base", "deep"]) is None  # nothing measured yet: no line
+        plan = replace(demo_plan(False, None, "process", 384), tasks=(), speed_workloads=("chat",))
+        assert [o.error for o in run_ladder(store, ladder, plan, tmp_path / "logs", progress=False)] == [None, None]
+        line = chat_cut_line(store, ["base", "deep"])
+        assert line is not None and "\n" not in line
+        assert line.startswith(f"chat: can't tell yet next to deep: {DEMO_SPEED_N} of {DEMO_SPEED_N} answers of deep ran to "
+                               f"the chat probe's {DEMO_CHAT_MAX_TOKENS}-token cap without ending")
+        assert "what would settle it" in line and "--endpoint deep --workload chat" in line and "base" not in line
+        (pair,) = build_ladder(store, ["base", "deep"]).decisions
+        (chat,) = [w for w in pair.workloads if w.workload == "chat"]
+        assert chat.truncated == (0, DEMO_SPEED_N)  # the line counts what the decision counts
+        record_speed_by_hand(store, "deep", "chat", 40.0, 0.1, "vendor table")  # no measured probe of b: no lengths
+        assert chat_cut_line(store, ["base", "deep"]) is None
+        store.dispose()
+
+
+def test_a_stored_chat_probe_is_reused_only_when_its_cap_covers_the_plans(tmp_path: Path, db_path: str) -> None:
+    """A probe measured with a lower cap may have cut the answers the chat decision pairs (the demo's at 128 did):
+    it is measured again with the plan's cap; one with the same or a higher cap, or a speed entered by hand,
+    stands."""
+    with FakeOpenAI() as server:
+        (tmp_path / "ladder.yaml").write_text(f"name: caps\nsteps:\n  - name: step\n    base_url: {server.base_url}\n"
+                                              "    model: fake-model\n")
+        ladder, store = load_ladder(tmp_path / "ladder.yaml"), open_store(db_path)
+
+        def probe(cap: int) -> list[int]:
+            before = len(server.requests)
+            plan = LadderPlan(tasks=(), speed_workloads=("chat",), speed_n=2, speed_max_tokens=16,
+                              speed_caps={"chat": cap})
+            (outcome,) = run_ladder(store, ladder, plan, tmp_path / "logs", progress=False)
+            assert outcome.error is None
+            return [body["max_tokens"] for body in server.requests[before:]]
+
+        assert probe(128) == [WARMUP_MAX_TOKENS, 128, 128]
+        assert probe(128) == [] and probe(64) == []
+        assert probe(512) == [WARMUP_MAX_TOKENS, 512, 512]
+        record_speed_by_hand(store, "step", "chat", 40.0, 0.1, "vendor table")
+        assert probe(4096) == []
+        store.dispose()
