@@ -31,6 +31,7 @@ from evalsvc.ladder.file import load_ladder, resolve_ladder
 from evalsvc.ladder.launch import launch_step
 from evalsvc.run.status import INTERVAL_ENV, step_times
 from tests.conftest import ENGINE_GROUP, ROOT, StatusLines
+from tests.evalsvc.test_embedded_ladder_run import on_free_ports
 
 pytestmark = ENGINE_GROUP
 
@@ -217,7 +218,8 @@ def test_ensure_engine_is_cached(engine: EngineInfo) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("step_name", [s.name for s in load_ladder(LADDER).steps])
 def test_embedded_step_answers_and_is_repeatable(engine: EngineInfo, step_name: str, tmp_path: Path) -> None:
-    ladder = resolve_ladder(load_ladder(LADDER), engine.placeholders())
+    # On free ports: a demo running on this machine holds the shipped ones (8391-8393).
+    ladder = resolve_ladder(load_ladder(on_free_ports(tmp_path)), engine.placeholders())
     step = ladder.step(step_name)
     with launch_step(step, tmp_path / "logs") as launched:
         first = chat(launched.base_url, step.model, "What is 12 plus 30? Reply with just the number.")
