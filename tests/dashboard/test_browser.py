@@ -513,10 +513,8 @@ def speed_job(page: Page, what: str) -> Locator:
 
 def fill_speed_form(page: Page, step: str, workload: str, tps: str = "0", source: str = "", limit: str = "") -> None:
     form = page.locator('[data-testid="stForm"]', has_text="Measure speed (or store the figure entered)")
-    form.get_by_role("combobox", name="Step", exact=True).click()
-    page.get_by_role("option", name=step, exact=True).click()
-    form.get_by_role("combobox", name="Workload", exact=True).click()
-    page.get_by_role("option", name=workload, exact=True).click()
+    choose(page, form.get_by_role("combobox", name="Step", exact=True), step, exact=True)
+    choose(page, form.get_by_role("combobox", name="Workload", exact=True), workload, exact=True)
     if limit:
         form.get_by_label("Prompts to time").fill(limit)
     form.get_by_label("Or: decode tokens per second from a vendor table (0 = measure)").fill(tps)
