@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import streamlit as st
@@ -265,18 +265,29 @@ def ladder(url: str, runs: pd.DataFrame, steps: Sequence[str], force: bool = Fal
                    margins_ or margins())
 
 
-def warm_up(url: str) -> None:
+class DefaultPair(NamedTuple):
+    """The pair the pages open on when none is chosen: its task, steps, runs, and the ladder's order."""
+
+    task: str
+    a: str
+    b: str
+    key_a: RunKey
+    key_b: RunKey
+    order: tuple[str, ...]
+
+
+def warm_up(url: str) -> DefaultPair | None:
     """Compute every page's first view into the caches (all steps, default margins), as the pages would.
 
     Called by `dashboard.serve` when the server starts, so whichever page a person opens first does not wait:
     the Ladder first (the page a plain address opens), then the default pair's Disagreements, Length and
     time, and Significance's noise floor. Each call is the one the page makes, with the same arguments, so
-    the page finds its result in the cache.
+    the page finds its result in the cache. Returns the default pair, whose charts the caller builds.
     """
     runs = load_runs(url)
     steps = analysis.ladder_order(runs)
     if len(steps) < 2:
-        return
+        return None
     found = ladder(url, runs, steps, margins_=build.DEFAULT_MARGINS)
     endpoint_speeds(url, tuple(steps))
     per_task = step_runs(runs, steps, url, found) if isinstance(found, build.LadderDecision) else {}
@@ -285,11 +296,14 @@ def warm_up(url: str) -> None:
     ladder(url, runs, steps[:2], margins_=build.DEFAULT_MARGINS)  # the page's "stop at A or take B" default
     endpoint_speeds(url, tuple(steps[:2]))
     if not per_task:
-        return
+        return None
     default = analysis.default_pair(per_task, steps)
-    if default is not None:
-        _warm_pair(url, *default, per_task[default[0]])
     noise_floor(url, runs)
+    if default is None:
+        return None
+    task, a, b = default
+    _warm_pair(url, task, a, b, per_task[task])
+    return DefaultPair(task, a, b, per_task[task][a], per_task[task][b], tuple(steps))
 
 
 def _warm_pair(url: str, task: str, a: str, b: str, keys: dict[str, RunKey]) -> None:

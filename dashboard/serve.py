@@ -85,10 +85,14 @@ def warm_up(argv: list[str]) -> None:
         deadline = time.monotonic() + RUNTIME_WAIT_S
         while not runtime.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        from dashboard import data, job_manager, widgets  # noqa: F401  (the pages' modules, imported once here)
+        from dashboard import charts, data, job_manager, widgets  # noqa: F401  (the pages' modules, imported once)
 
         compile_scripts(runtime.get_instance())
-        data.warm_up(data.db_url(script_args))
+        url = data.db_url(script_args)
+        default = data.warm_up(url)
+        if default is not None:  # the Length and time page's charts
+            charts.length_specs(url, default.key_a, default.key_b, widgets.Pair(default.task, default.a, default.b),
+                                default.order)
     except Exception:  # the page will show the same problem, in words, when it is opened
         log.warning("warming up the dashboard's caches failed", exc_info=True)
     finally:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, data, widgets
+from dashboard import analysis, charts, data, widgets
 from evalsvc.decision import build
 from evalsvc.report import accuracy_report
 from evalsvc.statistics import output_length
@@ -27,46 +26,6 @@ def length_table(length: output_length.LengthInflation) -> pd.DataFrame:
             "Wilcoxon p": accuracy_report.format_p(part.wilcoxon_p) if part.wilcoxon_p is not None else widgets.MISSING,
         })
     return pd.DataFrame(rows)
-
-
-OUTCOME_STYLE = {  # the disagreements stand out; agreement is grey and small
-    "A only right": ("#d62728", 70), "B only right": ("#1f77b4", 70), "both right": ("#bbbbbb", 18),
-    "both wrong": ("#777777", 18),
-}
-
-
-def charts(items: pd.DataFrame, pair: widgets.Pair, order: list[str]) -> tuple[alt.FacetChart, alt.LayerChart]:
-    """Output tokens of both steps one above the other (one colour per step, as on every chart), and the
-    paired scatter with the y = x line, the items the steps disagree on drawn large and in colour: two charts
-    for two columns."""
-    long = analysis.tokens_long(items, pair.a, pair.b)
-    histogram = alt.Chart(alt.Data(values=long.to_dict("records")), title="Output tokens per item").mark_bar().encode(
-        x=alt.X("tokens:Q", bin=alt.Bin(maxbins=40), title="output tokens"),
-        y=alt.Y("count():Q", title="items"),
-        color=alt.Color("endpoint:N", scale=widgets.step_scale(order), title="step", legend=alt.Legend(orient="top")),
-        row=alt.Row("endpoint:N", title=None, sort=[pair.a, pair.b]))
-    points = items[["item_id", "completion_tokens_a", "completion_tokens_b", "correct_a", "correct_b"]].dropna()
-    points = points.assign(outcome=_outcomes(points["correct_a"], points["correct_b"]))
-    # Agreement first, so the disagreements are drawn on top.
-    points = points.sort_values("outcome", key=lambda o: o.str.startswith("both"), ascending=False, kind="stable")
-    top = float(max(points["completion_tokens_a"].max(), points["completion_tokens_b"].max(), 1)) if len(points) else 1.0
-    style = alt.Scale(domain=list(OUTCOME_STYLE), range=[c for c, _ in OUTCOME_STYLE.values()])
-    sizes = alt.Scale(domain=list(OUTCOME_STYLE), range=[s for _, s in OUTCOME_STYLE.values()])
-    scatter = alt.Chart(alt.Data(values=points.to_dict("records")),
-                        title="Paired: tokens B against tokens A").mark_circle(opacity=0.9).encode(
-        x=alt.X("completion_tokens_a:Q", title=f"A: {pair.a} tokens"),
-        y=alt.Y("completion_tokens_b:Q", title=f"B: {pair.b} tokens"),
-        color=alt.Color("outcome:N", scale=style, title="correct", legend=alt.Legend(orient="bottom", columns=2)), size=alt.Size("outcome:N", scale=sizes, legend=None),
-        tooltip=["item_id:N", "outcome:N"])
-    diagonal = alt.Chart(alt.Data(values=[{"x": 0.0, "y": 0.0}, {"x": top, "y": top}])).mark_line(
-        color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="y:Q")
-    # Sized to fit half the page at 1,280 px with axis titles and legends (the scatter's below it).
-    return histogram.properties(width=280, height=110), (scatter + diagonal).properties(width=300, height=260)
-
-
-def _outcomes(correct_a: pd.Series, correct_b: pd.Series) -> list[str]:
-    labels = {(True, True): "both right", (True, False): "A only right", (False, True): "B only right"}
-    return [labels.get((bool(a), bool(b)), "both wrong") for a, b in zip(correct_a, correct_b)]
 
 
 def render_time(time: task_time.TaskTimeChange | None, workload: str, pair: widgets.Pair) -> None:
@@ -117,10 +76,10 @@ def main() -> None:
         widgets.table(length_table(length))
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
-        paired = data.pair(url, keys[pair.a], keys[pair.b], True, data.LADDER_ITEM_COLUMNS)
-        for column, figure in zip(st.columns(2), charts(paired.items, pair, analysis.ladder_order(runs))):
+        specs = charts.length_specs(url, keys[pair.a], keys[pair.b], pair, tuple(analysis.ladder_order(runs)))
+        for column, spec in zip(st.columns(2), specs):
             with column:
-                widgets.chart(figure)
+                widgets.show_spec(spec)
         st.subheader("Task time")
         render_time(time, workload, pair)
     render_decisions(url, runs, steps)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from altair.utils.schemapi import validate_jsonschema
+from altair.vegalite.v6.schema.core import load_schema
 from streamlit.testing.v1 import AppTest
 
 from dashboard import analysis, data, job_manager
@@ -181,7 +183,16 @@ def test_margin_per_task_changes_the_verdict_and_stays_in_the_url(monkeypatch: p
 
 
 def chart_specs(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("vega_lite_chart")]
+    """The Vega-Lite specs of the page's charts, each valid against the Vega-Lite schema (the dashboard
+    skips Altair's own checks while it builds them)."""
+    specs = []
+    for chart in at.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        # Streamlit sends a top-level chart's inline data beside the spec, not in it: name it back.
+        checked = spec if "data" in spec or not chart.proto.HasField("data") else {**spec, "data": {"name": "data"}}
+        validate_jsonschema(checked, load_schema())
+        specs.append(spec)
+    return specs
 
 
 def encodings(spec: dict) -> list[tuple[str, dict]]:
