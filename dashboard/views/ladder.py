@@ -71,7 +71,8 @@ def ship_heading(workload: str, ship: str, stop: WorkloadDecision | None) -> str
 
 
 def _evidence_task(d: WorkloadDecision) -> str | None:
-    return d.accuracy.task if d.accuracy else d.accuracy_from
+    """The task whose paired runs a decision rests on; None when there are none to link to (no paired runs)."""
+    return d.accuracy.task if d.accuracy else None
 
 
 def has_chat_speeds(speeds: dict[str, dict[str, task_time.EndpointSpeed]]) -> bool:

@@ -152,6 +152,9 @@ def test_ladder_without_chat_speeds_says_how_to_measure(monkeypatch: pytest.Monk
     lines = [m.value for m in at.markdown]
     assert any("no math speed for s1" in line for line in lines), lines
     assert "The step-to-step decision for math" in [e.label for e in at.expander]
+    # Code has no runs here: its "can't tell yet" links to no HumanEval evidence.
+    links = [link.proto.query_string for link in at.page_link]
+    assert links and all("task=gsm8k" in query for query in links), links
 
 
 def test_any_two_steps_answer_stop_at_a_or_take_b(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
