@@ -7,6 +7,8 @@ parameters, which is also how a link from the Ladder page preselects a pair.
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -51,11 +53,8 @@ def start_guide(url: str) -> None:
     """What to do when the store has no runs yet (the store's password, if any, masked)."""
     url = mask_url(url)
     st.info("No runs in this store yet. Evaluate an endpoint to fill it:")
-    st.code(
-        f"evalsvc run --endpoint bf16 --url http://127.0.0.1:30000/v1 --model MODEL --task all --db '{url}'\n"
-        f"evalsvc demo --db '{url}'   # a small local ladder, no GPU needed",
-        language="bash", wrap_lines=True,
-    )
+    mono(f"evalsvc run --endpoint bf16 --url http://127.0.0.1:30000/v1 --model MODEL --task all --db '{url}'\n"
+         f"evalsvc demo --db '{url}'   # a small local ladder, no GPU needed")
     st.page_link(PAGES["evaluate"], label="Or start a run from the Evaluate page", icon=":material/play_arrow:")
 
 
@@ -245,6 +244,55 @@ _MARKDOWN_SPECIAL = "\\`*_{}[]<>()#+-.!|~:$"
 def esc(text: object) -> str:
     """Text from the store made inert for st.markdown: every Markdown character escaped."""
     return "".join(f"\\{ch}" if ch in _MARKDOWN_SPECIAL else ch for ch in str(text))
+
+
+# A <pre> through st.html: the browser loads no code-highlighting script for it (st.code's costs a page's first
+# view about 0.4 s on a busy machine). Colours are translucent so they read on a light and a dark theme.
+MONO_STYLE = ("white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; padding: 0.75rem 1rem; "
+              "border-radius: 0.5rem; background: rgba(128, 128, 128, 0.1); font-size: 0.8125rem; "
+              "line-height: 1.45; font-family: 'Source Code Pro', ui-monospace, SFMono-Regular, Menlo, monospace")
+DIFF_STYLES = {"mono-head": "opacity: 0.6", "mono-add": "background: rgba(46, 160, 67, 0.22)",
+               "mono-del": "background: rgba(248, 81, 73, 0.22)", "mono-same": ""}
+HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def mono_html(text: str, diff: bool = False) -> str:
+    """`text` as a monospace block that wraps its lines, every character of it HTML-escaped (model output is
+    hostile: markup in it shows as text). With `diff` (a unified diff), each line in its own block: + lines
+    green, - lines red, the ---, +++ and @@ header lines muted."""
+    style = f'style="{MONO_STYLE}"'
+    if not diff:
+        return f'<pre class="mono" {style}>{html.escape(text)}</pre>'
+    lines = text.splitlines()
+    # A block per line (its newline inside, so the text reads back whole) lets a background span the width.
+    body = "".join(f'<span class="{cls}" style="display: block; {DIFF_STYLES[cls]}">{html.escape(line)}\n</span>'
+                   for cls, line in zip(diff_classes(lines), lines))
+    return f'<pre class="mono mono-diff" {style}>{body}</pre>'
+
+
+def diff_classes(lines: Sequence[str]) -> list[str]:
+    """Each line's kind in a unified diff. Inside a hunk its header's line counts decide, so a removed line
+    that itself starts "--" (shown "---") is not taken for a file header."""
+    classes, left_a, left_b = [], 0, 0
+    for line in lines:
+        if left_a > 0 or left_b > 0:
+            mark = line[:1]
+            left_a -= mark != "+"
+            left_b -= mark != "-"
+            classes.append({"+": "mono-add", "-": "mono-del"}.get(mark, "mono-same"))
+        elif (hunk := HUNK.match(line)) is not None:
+            left_a, left_b = (int(n) if n is not None else 1 for n in hunk.groups())
+            classes.append("mono-head")
+        elif line.startswith(("---", "+++")):
+            classes.append("mono-head")
+        else:
+            classes.append({"+": "mono-add", "-": "mono-del"}.get(line[:1], "mono-same"))
+    return classes
+
+
+def mono(text: str, diff: bool = False) -> None:
+    """Show text from the store or a model verbatim in monospace (`mono_html`)."""
+    st.html(mono_html(text, diff))
 
 
 def table(frame: pd.DataFrame, max_rows: int = 15) -> None:

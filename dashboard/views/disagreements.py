@@ -1,12 +1,15 @@
 """Disagreements: the items where two steps differ, and one item side by side.
 
-Model output is data: it is shown with st.code and st.text, never as Markdown
-or HTML. A row of the list opens its item (click it); the open item is kept in
+Model output is data: it is shown with st.text and `widgets.mono` (a monospace
+block, every character HTML-escaped), never as Markdown or HTML. Not st.code or
+st.json: the browser code they load costs the page's first view almost half a
+second. A row of the list opens its item (click it); the open item is kept in
 the URL (`item=`), and a link to an item neither run has says so.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -86,16 +89,16 @@ def render_side(label: str, item: dict[str, Any] | None, task: str) -> None:
     st.text("\n".join(lines))
     if item["error"]:
         st.caption("the request failed; this item is left out of the comparison")
-        st.code(str(item["error"]), language=None, wrap_lines=True)
+        widgets.mono(str(item["error"]))
     if item.get("finish_reason") == "length":
         st.caption(f"the answer was cut at the token limit after {item['completion_tokens']} tokens")
     if task == "humaneval" or item.get("detail"):
         st.caption("test outcome" if task == "humaneval" else "scoring detail")
-        st.json(item.get("detail") or {}, expanded=True)
+        widgets.mono(json.dumps(item.get("detail") or {}, indent=2, sort_keys=True))
     if item.get("reasoning"):
         with st.expander("reasoning"):
-            st.code(item["reasoning"], language=None, wrap_lines=True)
-    st.code(item["completion"] or "(empty)", language="python" if task == "humaneval" else None, wrap_lines=True)
+            widgets.mono(item["reasoning"])
+    widgets.mono(item["completion"] or "(empty)")
 
 
 def render_item(url: str, pair: widgets.Pair, keys: dict[str, analysis.RunKey], item_id: str) -> None:
@@ -109,7 +112,7 @@ def render_item(url: str, pair: widgets.Pair, keys: dict[str, analysis.RunKey], 
     first = item_a or item_b
     st.subheader(f"Item {item_id}")
     st.caption("question")
-    st.code(analysis.question_text(first["request"]), language=None, wrap_lines=True)
+    widgets.mono(analysis.question_text(first["request"]))
     if pair.task != "humaneval":
         st.text(f"gold answer: {first['reference']}")
     left, right = st.columns(2)
@@ -121,7 +124,7 @@ def render_item(url: str, pair: widgets.Pair, keys: dict[str, analysis.RunKey], 
         (item_a or {}).get("completion", ""), (item_b or {}).get("completion", ""), pair.a, pair.b
     )
     st.caption("differences (lines starting - are only in A, + only in B)")
-    st.code(diff or "the two completions are identical", language="diff")
+    widgets.mono(diff or "the two completions are identical", diff=bool(diff))
 
 
 def matching_items(url: str, result: data.PairResult, keys: dict[str, analysis.RunKey], pair: widgets.Pair,

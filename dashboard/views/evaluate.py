@@ -131,7 +131,7 @@ def render_job(job: job_manager.Job, runs: pd.DataFrame, order: list[str], url: 
         if job.state == "running" and st.button("Stop (finished items stay stored)", key=f"stop_{job.job_id}"):
             job_manager.stop_job(job)
         with st.expander("log", expanded=job.state in ("failed", "lost")):
-            st.code(tail or "(empty)", language=None, wrap_lines=True)
+            widgets.mono(tail or "(empty)")
 
 
 def stored_speed_line(url: str, job: job_manager.Job) -> str:

@@ -46,7 +46,10 @@ from harness.types import Completion, DecodingSettings, ItemResult, Request, Sam
 STEPS = ("bf16", "int4", "int4-spec", "int4-spec-kernel")
 GSM8K_N = 400
 HUMANEVAL_N = 164
-HTML_TEXT = "<b>bold</b><script>alert('x')</script>"
+# Hostile model output (no digits: the extracted answer stays the number before it): markup, a tag closing the
+# block it is shown in, an image whose error handler would mark the page, Markdown.
+HTML_TEXT = ("<b>bold</b><script>alert('x')</script></pre><img src=x onerror=\"document.body.dataset.pwned='yes'\">"
+             " **not bold** [link](javascript:alert('y'))")
 SPEEDS = {
     "bf16": {"math": 100.0, "code": 226.0},
     "int4": {"math": 180.0, "code": 252.0},

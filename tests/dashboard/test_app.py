@@ -6,6 +6,7 @@ tests/dashboard/seed.py), not read back from the dashboard's own code.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import time
@@ -19,7 +20,7 @@ from altair.utils.schemapi import validate_jsonschema
 from altair.vegalite.v6.schema.core import load_schema
 from streamlit.testing.v1 import AppTest
 
-from dashboard import analysis, data, job_manager
+from dashboard import analysis, data, job_manager, widgets
 from db import queries
 from db.engine import open_store
 from db.models import Run
@@ -314,20 +315,61 @@ def test_disagreements_lists_the_items_only_a_got_right(monkeypatch: pytest.Monk
     assert list(at.dataframe[0].value["item"]) == expected
 
 
+def mono_bodies(at: AppTest) -> list[str]:
+    """The HTML of each monospace block (`widgets.mono`) on the page."""
+    return [h.proto.body for h in at.get("html") if h.proto.body.startswith('<pre class="mono')]
+
+
+def shown_text(body: str) -> str:
+    """A block's text as the browser shows it: its own tags dropped, entities decoded."""
+    return html.unescape(re.sub(r"<[^>]*>", "", body))
+
+
+def diff_lines(body: str) -> list[tuple[str, str, str]]:
+    """(class, style, text) of each line of a diff block."""
+    return [(cls, style, html.unescape(text)) for cls, style, text
+            in re.findall(r'<span class="(mono-[a-z]+)" style="([^"]*)">([^<]*)\n</span>', body)]
+
+
 def test_disagreement_detail_shows_model_text_as_text(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
     at = open_app(monkeypatch, seeded_db, "views/disagreements.py",
                   task="gsm8k", a="int4-spec", b="int4-spec-kernel", item="gsm8k/test/0300")
-    codes = [c.value for c in at.code]
-    assert seed.gsm8k_sample(300).prompt in codes
-    assert seed.kernel_math(300).text in codes  # verbatim, HTML included, in a code block
+    bodies = mono_bodies(at)
+    texts = [shown_text(b) for b in bodies]
+    assert seed.gsm8k_sample(300).prompt in texts
+    hostile = seed.kernel_math(300).text
+    assert hostile in texts  # verbatim, HTML and Markdown included, in a monospace block
+    body = bodies[texts.index(hostile)]
+    inner = body[body.index(">") + 1:body.rindex("</pre>")]
+    assert "<" not in inner and ">" not in inner and '"' not in inner  # no markup of the model's survives
+    assert "&lt;script&gt;" in body and "&lt;/pre&gt;&lt;img src=x onerror=&quot;" in body
     assert not any("<script>" in m.value for m in at.markdown)
-    diff = next(c for c in codes if c.startswith("--- int4-spec"))
-    assert "-The answer is 300." in diff and "+The answer is 301." in diff
+    assert not at.code and not at.json  # their browser code makes the page's first view slow
+    diff = next(b for b in bodies if 'class="mono mono-diff"' in b)
+    lines = diff_lines(diff)
+    assert shown_text(diff).startswith("--- int4-spec\n+++ int4-spec-kernel\n@@ ")
+    assert [cls for cls, _, _ in lines[:3]] == ["mono-head"] * 3
+    kinds = {text: (cls, style) for cls, style, text in lines}
+    assert kinds["-The answer is 300."] == ("mono-del", f"display: block; {widgets.DIFF_STYLES['mono-del']}")
+    assert kinds["+The answer is 301."] == ("mono-add", f"display: block; {widgets.DIFF_STYLES['mono-add']}")
+    assert kinds[" We count the sheep."][0] == "mono-same"
     sides = [t.value for t in at.text if t.value.startswith("outcome:")]
     assert sides == [
         "outcome: right\nextracted: 300\ntokens: 159  finish: stop",
         "outcome: wrong\nextracted: 301\ntokens: 200  finish: stop",
     ]
+
+
+def test_a_diff_line_is_coloured_by_its_hunk_not_by_how_its_text_starts() -> None:
+    # A removed line "--x" and an added "++y" show as "---x" and "+++y": file headers only outside a hunk.
+    diff = analysis.completion_diff("a\n--x\nb\nc", "a\n++y\nb\nd", "A & <A>", "B")
+    body = widgets.mono_html(diff, diff=True)
+    assert [(cls, text) for cls, _, text in diff_lines(body)] == [
+        ("mono-head", "--- A & <A>"), ("mono-head", "+++ B"), ("mono-head", "@@ -1,4 +1,4 @@"), ("mono-same", " a"),
+        ("mono-del", "---x"), ("mono-add", "+++y"), ("mono-same", " b"), ("mono-del", "-c"), ("mono-add", "+d")]
+    assert "--- A &amp; &lt;A&gt;" in body
+    assert "background" in widgets.DIFF_STYLES["mono-add"] and "background" in widgets.DIFF_STYLES["mono-del"]
+    assert widgets.DIFF_STYLES["mono-add"] != widgets.DIFF_STYLES["mono-del"]
 
 
 def test_errored_and_cut_items_are_listed_and_labelled(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
@@ -347,7 +389,7 @@ def test_a_link_to_a_failed_item_opens_it_with_its_error(monkeypatch: pytest.Mon
     at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="gsm8k", a="int4-spec",
                   b="int4-spec-kernel", item="gsm8k/test/0399")
     assert "Item gsm8k/test/0399" in [h.value for h in at.subheader]
-    assert "HTTP 500 after 3 attempts" in [c.value for c in at.code]
+    assert "HTTP 500 after 3 attempts" in [shown_text(b) for b in mono_bodies(at)]
     assert any(t.value.startswith("outcome: error") for t in at.text)
 
 
@@ -379,9 +421,9 @@ def test_humaneval_detail_shows_the_test_outcome(monkeypatch: pytest.MonkeyPatch
     at = open_app(monkeypatch, seeded_db, "views/disagreements.py", task="humaneval", a="int4-spec",
                   b="int4-spec-kernel")
     assert list(at.dataframe[0].value["item"]) == ["HumanEval/98", "HumanEval/99"]
-    outcomes = [j.value for j in at.json]
-    assert {"result": "passed"} in [json.loads(v) if isinstance(v, str) else v for v in outcomes]
-    assert any("AssertionError" in str(v) for v in outcomes)
+    outcomes = [json.loads(t) for t in map(shown_text, mono_bodies(at)) if t.startswith("{")]
+    assert {"result": "passed"} in outcomes
+    assert {"result": "failed: AssertionError", "failed_test": "assert f_98(1) == 99"} in outcomes
 
 
 # --- significance -------------------------------------------------------------------------
@@ -441,7 +483,7 @@ def test_length_and_time_for_the_worked_example(monkeypatch: pytest.MonkeyPatch,
 def test_empty_store_shows_how_to_start(monkeypatch: pytest.MonkeyPatch, empty_db: str, page: str) -> None:
     at = open_app(monkeypatch, empty_db, page)
     assert [i.value for i in at.info] == ["No runs in this store yet. Evaluate an endpoint to fill it:"]
-    guide = at.code[0].value
+    guide = shown_text(mono_bodies(at)[0])
     assert "evalsvc run --endpoint" in guide and "evalsvc demo" in guide and empty_db in guide
 
 

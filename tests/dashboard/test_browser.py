@@ -246,6 +246,14 @@ def test_from_which_step_to_ship_to_the_evidence(page: Page, seeded_app: str, ar
     expect(page.get_by_text(seed.HTML_TEXT).first).to_be_visible()
     assert page.locator('[data-testid="stMain"] b', has_text="bold").count() == 0
     assert page.locator('[data-testid="stMain"] script').count() == 0
+    assert page.locator('[data-testid="stMain"] img[src="x"]').count() == 0  # nor its error handler ran:
+    assert page.evaluate("document.body.dataset.pwned") is None
+    assert page.locator('[data-testid="stMain"] a', has_text="link").count() == 0  # Markdown stays text
+    # The diff: the removed line on red, the added on green (their backgrounds differ and are not clear).
+    removed = page.locator("pre.mono-diff .mono-del", has_text="-The answer is 300.")
+    added = page.locator("pre.mono-diff .mono-add", has_text="+The answer is 301.")
+    backgrounds = [line.evaluate("e => getComputedStyle(e).backgroundColor") for line in (removed, added)]
+    assert len(set(backgrounds)) == 2 and "rgba(0, 0, 0, 0)" not in backgrounds, backgrounds
     shoot(page, artifacts, "02_disagreements")
     # Click 2: the same pair's significance.
     page.goto(seeded_app)
@@ -380,9 +388,10 @@ def test_inspect_code_disagreements_row_click_errors_and_links(page: Page, seede
     expect(page.get_by_text("Item HumanEval/99")).to_be_visible()
     expect(page).to_have_url(re.compile(r"item=HumanEval%2F99"))
     # The programs side by side in monospace, each once.
-    codes = page.locator('[data-testid="stCode"]')
+    codes = page.locator("pre.mono")
     expect(codes.filter(has_text="return x + 99").first).to_be_visible()
     expect(codes.filter(has_text="return x - 99").first).to_be_visible()
+    assert "monospace" in codes.first.evaluate("e => getComputedStyle(e).fontFamily")
     assert page.locator('[data-testid="stText"]', has_text="return x").count() == 0
     shoot(page, artifacts, "14_code_disagreement_row_clicked")
     # Failed and cut items are listed and labelled.
