@@ -9,6 +9,14 @@ stopped, and the same command resumes.
 Exit codes follow the shell convention, 128 + the signal number: 130 for
 SIGINT, 143 for SIGTERM, 129 for SIGHUP.
 
+While a run's event loop is running (`run_until_stopped`), a stop signal asks
+the loop to cancel the run, and the loop does so between two callbacks.
+`asyncio.run`'s own Ctrl-C handler cancels from inside the signal handler,
+which runs between any two bytecodes of whatever the loop is doing: one Ctrl-C
+in a busy suite's run landed inside `asyncio.Event.set`, between its check that
+a waiter was pending and resolving it, and Python printed an InvalidStateError
+traceback before the one-line message.
+
 A signal that was ignored when the command started (`nohup` ignores SIGHUP)
 stays ignored. After a hang-up, output that went to the terminal goes to
 /dev/null instead, so that writing to a closed terminal cannot break the
@@ -17,15 +25,20 @@ clean-up.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 INTERRUPTED_EXIT_CODES = {128 + sig: sig.name for sig in STOP_SIGNALS}
+_loop_stops: list[Callable[[], None]] = []  # the running loop's "cancel the run", innermost last
 
 
 def exit_code(sig: signal.Signals) -> int:
@@ -49,11 +62,7 @@ def stop_signals_as_interrupt() -> Iterator[Callable[[], signal.Signals]]:
             received.append(signal.Signals(signum))
         if signum == signal.SIGHUP:
             _leave_terminal()
-        interrupt = signal.getsignal(signal.SIGINT)  # asyncio's while a run is in progress: it cancels the run
-        if callable(interrupt):
-            interrupt(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt
+        _stop()
 
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     for sig, handler in previous.items():
@@ -65,6 +74,50 @@ def stop_signals_as_interrupt() -> Iterator[Callable[[], signal.Signals]]:
         for sig, handler in previous.items():
             if handler is not None:
                 signal.signal(sig, handler)
+
+
+def run_until_stopped(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(coro)`, except that Ctrl-C (and SIGTERM and SIGHUP, inside `stop_signals_as_interrupt`)
+    cancels `coro` from inside the event loop rather than from the signal handler. Raises KeyboardInterrupt
+    when a signal cancelled it, as `asyncio.run` does; outside the main thread it is `asyncio.run`."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coro)
+    stopped: list[bool] = []
+
+    async def until_stopped() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+
+        def stop() -> None:
+            stopped.append(True)
+            loop.call_soon_threadsafe(task.cancel)
+
+        _loop_stops.append(stop)
+        try:
+            return await coro
+        finally:
+            _loop_stops.remove(stop)
+
+    # With a handler of ours in place, asyncio.run leaves Ctrl-C to it; an ignored Ctrl-C stays ignored.
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:
+        signal.signal(signal.SIGINT, lambda signum, frame: _stop())
+    try:
+        return asyncio.run(until_stopped())
+    except asyncio.CancelledError:
+        if stopped:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _stop() -> None:
+    """Have the running loop cancel its run; with no loop running, stop where the program is."""
+    if not _loop_stops:
+        raise KeyboardInterrupt
+    _loop_stops[-1]()
 
 
 def _leave_terminal() -> None:

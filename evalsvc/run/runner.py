@@ -21,6 +21,7 @@ from db import queries
 from db.engine import Store
 from db.models import Item
 from evalsvc import tool_version
+from evalsvc.run.interrupts import run_until_stopped
 from harness.client import EndpointClient
 from harness.errors import EXIT_FAILED, RESUME_HINT, UserError
 from harness.tasks import PromptTemplate, Task, TaskError, get_task, pick_template
@@ -129,7 +130,7 @@ def dataset_hash(samples: list[Sample]) -> str:
 
 def run_evaluation(store: Store, spec: RunSpec, progress: bool = True) -> RunOutcome:
     """Run `spec` to completion (or until Ctrl-C, raising RunInterrupted)."""
-    return asyncio.run(execute_run(store, spec, progress))
+    return run_until_stopped(execute_run(store, spec, progress))
 
 
 async def execute_run(store: Store, spec: RunSpec, progress: bool = True) -> RunOutcome:

@@ -6,7 +6,6 @@ ShareGPT-style set, or the built-in prompts written for this project).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from tqdm import tqdm
 from db import queries
 from db.engine import Store
 from db.models import SpeedRun
+from evalsvc.run.interrupts import run_until_stopped
 from harness.chat_prompts import load_chat_prompts
 from harness.client import EndpointClient
 from harness.errors import UserError
@@ -65,7 +65,7 @@ def measure_speed(store: Store, plan: SpeedPlan, progress: bool = False) -> Spee
     with store.session() as session:
         endpoint = _endpoint(session, plan)
         base_url, model = endpoint.base_url, endpoint.model
-    samples, spec = asyncio.run(_probe(base_url, model, [r for _, r in prompts], plan, progress))
+    samples, spec = run_until_stopped(_probe(base_url, model, [r for _, r in prompts], plan, progress))
     failed = sum(not s.ok for s in samples)
     if failed == len(samples):
         raise SpeedError(f"every speed request to {base_url} failed; first error: {samples[0].error}")
@@ -96,7 +96,7 @@ async def _probe(base_url: str, model: str, requests: list[Request], plan: Speed
 def _endpoint(session, plan: SpeedPlan):  # type: ignore[no-untyped-def]
     """The stored endpoint, registered first when --url and --model are given."""
     if plan.url and plan.model:
-        fingerprint = asyncio.run(_fingerprint(plan))
+        fingerprint = run_until_stopped(_fingerprint(plan))
         endpoint = queries.upsert_endpoint(session, plan.endpoint, plan.url, plan.model, fingerprint, {},
                                            new_url=plan.new_url)
         session.commit()
