@@ -79,38 +79,45 @@ def stop_signals_as_interrupt() -> Iterator[Callable[[], signal.Signals]]:
 def run_until_stopped(coro: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(coro)`, except that Ctrl-C (and SIGTERM and SIGHUP, inside `stop_signals_as_interrupt`)
     cancels `coro` from inside the event loop rather than from the signal handler. Raises KeyboardInterrupt
-    when a signal cancelled it, as `asyncio.run` does; outside the main thread it is `asyncio.run`."""
+    when a signal came, as `asyncio.run` does, even if `coro` ended before the loop could cancel it: a stop
+    signal is never lost. Outside the main thread it is `asyncio.run`."""
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(coro)
     stopped: list[bool] = []
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+
+    def stop() -> None:
+        stopped.append(True)
+        for loop, task in running:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the check below stops the command
+                loop.call_soon_threadsafe(task.cancel)
 
     async def until_stopped() -> T:
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        task = asyncio.current_task()
         assert task is not None
-
-        def stop() -> None:
-            stopped.append(True)
-            loop.call_soon_threadsafe(task.cancel)
-
-        _loop_stops.append(stop)
-        try:
-            return await coro
-        finally:
-            _loop_stops.remove(stop)
+        running.append((asyncio.get_running_loop(), task))
+        if stopped:  # a signal before the loop ran
+            raise asyncio.CancelledError
+        return await coro
 
     # With a handler of ours in place, asyncio.run leaves Ctrl-C to it; an ignored Ctrl-C stays ignored.
     previous = signal.getsignal(signal.SIGINT)
     if previous is signal.default_int_handler:
         signal.signal(signal.SIGINT, lambda signum, frame: _stop())
+    _loop_stops.append(stop)
     try:
-        return asyncio.run(until_stopped())
+        result = asyncio.run(until_stopped())
     except asyncio.CancelledError:
         if stopped:
             raise KeyboardInterrupt from None
         raise
     finally:
+        _loop_stops.remove(stop)
         if previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous)
+    if stopped:
+        raise KeyboardInterrupt
+    return result
 
 
 def _stop() -> None:

@@ -72,3 +72,15 @@ def test_a_run_that_ends_returns_its_value_and_a_cancel_of_its_own_stays_a_cance
     with pytest.raises(asyncio.CancelledError):
         run_until_stopped(cancelled())
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_as_the_run_ends_still_stops_the_command() -> None:
+    """The signal comes in the run's last synchronous stretch: the loop's cancel finds the run done, and the
+    command stops all the same (asyncio.run's handler raises at once in that case)."""
+    async def signal_self_and_end() -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 42
+
+    with stop_signals_as_interrupt() as stop_signal, pytest.raises(KeyboardInterrupt):
+        run_until_stopped(signal_self_and_end())
+    assert stop_signal() == signal.SIGTERM
