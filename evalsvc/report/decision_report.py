@@ -108,7 +108,7 @@ def choice_words(d: WorkloadDecision) -> str:
 
 
 def headline(d: WorkloadDecision) -> str:
-    """What to do, e.g. 'stop at step3 for code, tasks finish 8.5% later'."""
+    """What to do, e.g. 'stop at step3 for code, tasks finish 8.5% later on step4'."""
     if d.choice is Choice.TAKE_B:
         head = f"take {d.step_b} for {d.workload}"
     elif d.choice is Choice.STOP_AT_A:
@@ -116,8 +116,11 @@ def headline(d: WorkloadDecision) -> str:
     else:
         head = f"can't tell yet between {d.step_a} and {d.step_b} for {d.workload}"
     if d.time is not None and d.choice is not Choice.CANT_TELL:
-        pct = abs(d.time.sooner_pct)
-        head += f", tasks finish {pct:.1f}% {'sooner' if d.time.ratio < 1 else 'later'}"
+        # The time belongs to step B: "stop at A, tasks finish sooner" alone reads as if stopping were faster.
+        sooner = d.time.ratio < 1
+        head += f", tasks finish {abs(d.time.sooner_pct):.1f}% {'sooner' if sooner else 'later'} on {d.step_b}"
+        if sooner and any(r.kind is ReasonKind.ACCURACY_WORSE for r in d.reasons):
+            head += " but its accuracy is worse"
     return head
 
 

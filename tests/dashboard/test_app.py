@@ -97,7 +97,7 @@ def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyP
     ]
     lines = [m.value for m in at.markdown]
     # The worked example: 21% more tokens at 252 against 226 tok/s, so code tasks finish 8.5% later.
-    code_stop = lines.index(r":red[**stop at bf16 for code, tasks finish 8\.5% later**]")
+    code_stop = lines.index(r":red[**stop at bf16 for code, tasks finish 8\.5% later on int4**]")
     expected_ratio = (242 / 252) / (200 / 226)
     figures = lines[code_stop + 1]
     for part in (r"accuracy\: no change beyond the margin", r"tokens B/A 1\.21", r"speed B/A 1\.12",
@@ -108,7 +108,7 @@ def test_ladder_says_which_step_to_ship_per_workload(monkeypatch: pytest.MonkeyP
     assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "can't tell yet"]
     assert list(code_chain["on the path"]) == ["yes", "no, after the stop", "no, after the stop"]
     # Chat: the worst verdict of the pair's tasks stands in, the time comes from the chat probes.
-    chat = lines[lines.index(r":red[**stop at int4\-spec for chat, tasks finish 15\.3% sooner**]") + 1]
+    chat = lines[lines.index(r":red[**stop at int4\-spec for chat, tasks finish 15\.3% sooner on int4\-spec\-kernel but its accuracy is worse**]") + 1]
     assert r"accuracy\: worse \(from gsm8k\)" in chat
     chat_time = (sum(0.05 + (205 + p) / (280 + p % 5) for p in range(20))
                  / sum(0.05 + (210 + p) / (240 + p % 5) for p in range(20)))

@@ -93,13 +93,13 @@ def test_more_code_tokens_stop_at_step_3_while_math_and_chat_take_step_4(scenari
     assert code["decision"] == "stop at A" and code["accuracy_verdict"] == "no change beyond the margin"
     assert code["token_ratio"] == pytest.approx(1.21, abs=0.003)
     assert code["time_ratio"] == pytest.approx(1.21 * 226 / 252, abs=0.002)  # 1.085
-    assert code["explanation"].startswith("stop at s3 for code, tasks finish 8.5% later")
+    assert code["explanation"].startswith("stop at s3 for code, tasks finish 8.5% later on s4")
     math = decisions["math"]
     assert math["decision"] == "take B" and math["time_ratio"] == pytest.approx(286 / 302, abs=1e-3)
     chat = decisions["chat"]
     assert chat["decision"] == "take B" and chat["token_ratio"] == pytest.approx(1.0)
     assert chat["time_ci"][1] < 1 and (chat["truncated_a"], chat["truncated_b"]) == (0, 0)
-    assert chat["explanation"].startswith("take s4 for chat, tasks finish")
+    assert chat["explanation"].startswith("take s4 for chat, tasks finish") and "sooner on s4" in chat["explanation"]
 
 
 def test_chat_answers_cut_by_the_probe_cap_refuse_the_chat_decision(scenario_db: str) -> None:

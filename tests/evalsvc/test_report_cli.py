@@ -124,7 +124,7 @@ def test_worked_example_more_tokens_cancel_faster_decoding(db_path: str) -> None
         assert r.exit_code == 0 and f"{float(tps):.1f} tok/s entered by hand" in r.output
     math = decide_json(db_path)["math"]
     assert math["decision"] == "stop at A" and math["take_b"] is False
-    assert math["explanation"].startswith("stop at step3 for math, tasks finish 8.5% later")
+    assert math["explanation"].startswith("stop at step3 for math, tasks finish 8.5% later on step4")
     assert math["token_ratio"] == pytest.approx(1.21, abs=0.005)
     assert math["time_ratio"] == pytest.approx(1.21 * 226 / 252, abs=0.005)
 
