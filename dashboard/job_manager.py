@@ -305,4 +305,8 @@ def run_job(job_file: Path) -> int:
 
 
 if __name__ == "__main__":
+    # The Stop button sends SIGINT. A dashboard started as a script's background job (`evalsvc dashboard &`
+    # with job control off) passes SIGINT on ignored, and the job would never stop: take Python's default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(run_job(Path(sys.argv[1])))

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -55,6 +56,15 @@ def check_tools(item: Any) -> None:
         path, install = mark.args
         if shutil.which(path) is None:
             skip_or_fail(f"{path} not found ({install})")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run as at a terminal, where Ctrl-C reaches the program. A script's background job (`pytest &` with job
+    control off, as CI runners and nohup wrappers start it) begins with SIGINT ignored, and an ignored signal
+    stays ignored across exec: every Ctrl-C test and each command it starts would then never see the signal.
+    A handled signal is reset to its default at exec, so the commands the tests start get Python's own."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

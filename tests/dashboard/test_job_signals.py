@@ -94,6 +94,26 @@ def test_signal_to_a_dashboard_job_leaves_nothing_and_the_job_resumes(
     assert wait_until_gone(lambda: tagged_processes(tag))[0] == []  # the job records its exit code, then exits
 
 
+@pytest.mark.slow
+def test_stop_reaches_a_job_whose_dashboard_ignores_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dashboard started as a script's background job has SIGINT ignored, and its jobs inherit that; the
+    Stop button (SIGINT) must still stop the job, with its finished items kept."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    db = str(tmp_path / "jobs.db")
+    with FakeOpenAI(gsm8k_oracle(lambda question: False), latency_s=0.2) as server:
+        request = job_manager.EvalRequest("job-step", server.base_url, "fake-model", ("gsm8k",), limit=N_ITEMS,
+                                         data=GSM8K_TEST, concurrency=2)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            started = job_manager.start_job(request, db)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        assert job_manager.stop_job(wait_mid_run(db, started.job_id))
+        ended = wait_ended(db, started.job_id, timeout_s=30)
+    assert (ended.state, ended.returncode) == ("interrupted", 130), job_manager.log_tail(ended)
+    assert 4 <= stored_count(db) < N_ITEMS
+
+
 def slow_code(body: dict) -> Reply:
     """A HumanEval answer whose body sleeps a little: each item keeps a sandbox process busy."""
     return Reply(text="```python\n    import time\n    time.sleep(0.3)\n    return None\n```")
