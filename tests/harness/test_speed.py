@@ -96,8 +96,10 @@ def test_slower_interval_gives_proportionally_lower_decode_speed() -> None:
 
 
 def test_usage_count_is_preferred_to_counted_chunks() -> None:
-    # Three tokens per chunk, as speculative decoding emits: 20 chunks, 60 tokens.
-    script = StreamScript(ttft_s=0.05, interval_s=0.01, n_tokens=60, tokens_per_chunk=3)
+    # Three tokens per chunk, as speculative decoding emits: 20 chunks, 60 tokens. The chunks come 30 ms apart:
+    # at 10 ms the counted-chunk window was 0.19 s, and one late read of the first chunk on a busy machine
+    # (28 ms) moved the figure past 20%.
+    script = StreamScript(ttft_s=0.05, interval_s=0.03, n_tokens=60, tokens_per_chunk=3)
     with_usage, with_server = run_probe_served(script, ["a"], warmup=0)
     without_usage, without_server = run_probe_served(StreamScript(**{**script.__dict__, "usage": False}), ["a"],
                                                      warmup=0)
