@@ -27,7 +27,7 @@ from pathlib import Path
 from db.engine import DB_ENV, data_dir, to_url
 from evalsvc.report.masking import has_credentials, mask_url
 from evalsvc.run.command import key_environment
-from evalsvc.run.interrupts import INTERRUPTED_EXIT_CODES
+from evalsvc.run.interrupts import INTERRUPTED_EXIT_CODES, hear_ctrl_c
 
 log = logging.getLogger(__name__)
 
@@ -305,8 +305,6 @@ def run_job(job_file: Path) -> int:
 
 
 if __name__ == "__main__":
-    # The Stop button sends SIGINT. A dashboard started as a script's background job (`evalsvc dashboard &`
-    # with job control off) passes SIGINT on ignored, and the job would never stop: take Python's default.
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The Stop button sends SIGINT, which a dashboard started as `evalsvc dashboard &` from a script passes on ignored.
+    hear_ctrl_c()
     sys.exit(run_job(Path(sys.argv[1])))

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any, Callable, Iterator, NoReturn
 import pytest
 from click.testing import CliRunner, Result
 
+from evalsvc.run.interrupts import hear_ctrl_c
 from tests.fake_openai import GSM8K_TEST_FILE, FakeOpenAI, gsm8k_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,12 +59,9 @@ def check_tools(item: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Run as at a terminal, where Ctrl-C reaches the program. A script's background job (`pytest &` with job
-    control off, as CI runners and nohup wrappers start it) begins with SIGINT ignored, and an ignored signal
-    stays ignored across exec: every Ctrl-C test and each command it starts would then never see the signal.
-    A handled signal is reset to its default at exec, so the commands the tests start get Python's own."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    """Run as at a terminal, where Ctrl-C reaches the program: a suite started as a script's background job
+    (`pytest &`) would otherwise pass SIGINT on ignored to every Ctrl-C test and each command it starts."""
+    hear_ctrl_c()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -46,6 +46,15 @@ def exit_code(sig: signal.Signals) -> int:
     return 128 + sig
 
 
+def hear_ctrl_c() -> None:
+    """Take Python's Ctrl-C handler back if SIGINT came in ignored, for a process that others stop with SIGINT
+    (a dashboard job, whose Stop button sends it; the test session). A script's background job (`cmd &` with
+    job control off) starts with SIGINT ignored, and an ignored signal stays ignored across exec; a handled
+    one is reset to its default, so the commands such a process starts hear Ctrl-C too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @contextlib.contextmanager
 def stop_signals_as_interrupt() -> Iterator[Callable[[], signal.Signals]]:
     """Within the block, SIGTERM and SIGHUP act as SIGINT; yields a function naming the first stop signal.
