@@ -443,6 +443,23 @@ def test_empty_store_shows_how_to_start(page: Page, empty_app: str, artifacts: P
     shoot(page, artifacts, "10_empty_evaluate")
 
 
+def job_boxes(page: Page, what: str) -> Locator:
+    """The boxes of the job started from the page for `what` (a step, or e.g. 'speed of int4 (math)')."""
+    return page.locator('[class*="st-key-job_"]', has_text=what)
+
+
+def wait_job(page: Page, what: str, *says: str | re.Pattern[str]) -> Locator:
+    """The box of the job for `what` once it says each of `says`. While a rerun redraws the job, its old box (same
+    key, an earlier state) can stay in the page for a moment beside the new one: the box is picked by what it says,
+    and the old one must then go."""
+    box = job_boxes(page, what)
+    for text in says:
+        box = box.filter(has_text=text)
+    expect(box.first).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+    expect(job_boxes(page, what)).to_have_count(1, timeout=RENDER_TIMEOUT_MS)
+    return box.first
+
+
 # --- a run started from the page (last: it fills the empty store) ----------------------------
 
 
@@ -476,10 +493,9 @@ def test_evaluate_starts_a_run_and_shows_progress_after_reload(
         # A reload opens a new session that still finds the job, done, with its accuracy and a link.
         page.goto(empty_app + "/evaluate")
         open_page(page, "Evaluate an endpoint")
-        expect(page.get_by_text("browser-step: finished")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
-        expect(page.get_by_text(f"gsm8k: {len(GOLD)}/{len(GOLD)} items, 0 errors, complete")).to_be_visible(
-            timeout=RENDER_TIMEOUT_MS)
-        expect(page.get_by_text(f"gsm8k: accuracy {100 * GOLD.count(7) / len(GOLD):.1f}%")).to_be_visible()
+        wait_job(page, "browser-step", "browser-step: finished",
+                 f"gsm8k: {len(GOLD)}/{len(GOLD)} items, 0 errors, complete",
+                 f"gsm8k: accuracy {100 * GOLD.count(7) / len(GOLD):.1f}%")
         shoot(page, artifacts, "11_evaluate_after_run")
         assert len(server.requests) == len(GOLD)
     page.get_by_role("link", name="Where browser-step stands on the ladder").click()
@@ -513,11 +529,6 @@ def speed_app(tmp_path: Path) -> Iterator[tuple[str, FakeOpenAI]]:
             yield base, server
         finally:
             stop(proc)
-
-
-def speed_job(page: Page, what: str) -> Locator:
-    """The box of the job started from the page for `what` (e.g. 'speed of int4 (math)')."""
-    return page.locator('[class*="st-key-job_"]', has_text=what)
 
 
 def fill_speed_form(page: Page, step: str, workload: str, tps: str = "0", source: str = "", limit: str = "") -> None:
@@ -572,10 +583,8 @@ def test_decode_speeds_measured_and_entered_from_the_evaluate_page(
     open_page(page, "Evaluate an endpoint")
     fill_speed_form(page, "int4", "math", limit="3")
     expect(page.get_by_text("Started: evalsvc speed --endpoint int4 --workload math --limit 3")).to_be_visible()
-    measured = speed_job(page, "speed of int4 (math)")
-    expect(measured).to_contain_text("speed of int4 (math): finished", timeout=RENDER_TIMEOUT_MS)
-    expect(measured).to_contain_text(re.compile(r"int4 math speed now stored: \d+ tok/s measured over 3 requests"),
-                                     timeout=RENDER_TIMEOUT_MS)
+    measured = wait_job(page, "speed of int4 (math)", "speed of int4 (math): finished",
+                        re.compile(r"int4 math speed now stored: \d+ tok/s measured over 3 requests"))
     shoot(page, artifacts, "16_speed_measured")
     probes = server.requests[before:]
     assert len(probes) == 4 and all(body["stream"] for body in probes), probes  # a warm-up, then 3 timed, streamed
@@ -584,9 +593,8 @@ def test_decode_speeds_measured_and_entered_from_the_evaluate_page(
     fill_speed_form(page, "bf16", "math", tps="300", source="vendor table 2026-11")
     expect(page.get_by_text("Started: evalsvc speed --endpoint bf16 --workload math --tokens-per-second 300 "
                             "--source vendor table 2026-11")).to_be_visible()
-    entered = speed_job(page, "speed of bf16 (math)")
-    expect(entered).to_contain_text("bf16 math speed now stored: 300 tok/s entered by hand (vendor table 2026-11)",
-                                    timeout=RENDER_TIMEOUT_MS)
+    wait_job(page, "speed of bf16 (math)",
+             "bf16 math speed now stored: 300 tok/s entered by hand (vendor table 2026-11)")
     shoot(page, artifacts, "17_speed_entered_by_hand")
     # 3. A figure without its source is refused in one line, and nothing is started.
     fill_speed_form(page, "int4", "code", tps="250")
@@ -600,7 +608,7 @@ def test_decode_speeds_measured_and_entered_from_the_evaluate_page(
                                  "enter the figure, or clear the source to measure the server.")
     wait_rendered(page)
     expect(page.get_by_text("Started: evalsvc speed --endpoint int4 --workload code")).to_have_count(0)
-    expect(speed_job(page, "speed of int4 (code)")).to_have_count(0)
+    expect(job_boxes(page, "speed of int4 (code)")).to_have_count(0)
     # The ladder and the pair now use both: tok/s in the math table, a task time with each speed's origin.
     speeds = {"bf16": "300", "int4": str(measured_tps)}
     try:
