@@ -243,7 +243,8 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.gets: list[str] = []  # paths of GET requests, in order
         self.hung_up: list[int] = []  # indices (into `requests`) of stalled requests whose client gave up
-        # Per request, as `time.perf_counter()`: when it arrived, and when each streamed text chunk left.
+        # Per request, as `time.perf_counter()`: when it arrived, and when each streamed text chunk left (the moment
+        # its write began).
         self.arrived_at: list[float] = []
         self.sent_at: list[list[float]] = []
         self._lock = threading.Lock()
@@ -486,9 +487,12 @@ def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 if fault is not None and fault.kind in STREAM_BREAKS and number >= fault.after:
                     self._break(fault.kind)
                     return
+                # Stamped before the write: a client cannot read the chunk earlier, however late this thread runs
+                # again after writing on a busy machine, so a probe's TTFT is never below the one served.
+                leaving = time.perf_counter()
                 self._event(event)
                 with server._lock:
-                    server.sent_at[index].append(time.perf_counter())
+                    server.sent_at[index].append(leaving)
             for event in tail:
                 self._event(event)
             self._event("[DONE]")
