@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import altair  # noqa: F401  (charts on several pages; imported once per server, with the app, not on first chart)
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
@@ -16,12 +15,13 @@ from evalsvc.report.masking import mask_from_now_on, mask_url
 # A local file: an emoji or Material icon as page icon makes the browser fetch it from an outside host.
 ICON = Path(__file__).resolve().parent / "static" / "icon.png"
 NEW_RUNS_S = 5.0
-# Tables (`widgets.table`, Markdown) as compact as Streamlit's own: smaller type and padding, so a ladder
-# table's ten to twelve columns all fit the main column at 1,280 px.
+# Tables (`widgets.table`, HTML) as compact as Streamlit's own: smaller type and padding, so a ladder table's
+# ten to twelve columns all fit the main column at 1,280 px. Borders are translucent: they read on either theme.
 TABLE_STYLE = """<style>
-[data-testid="stMarkdownContainer"] table { font-size: 0.875rem; }
-[data-testid="stMarkdownContainer"] th, [data-testid="stMarkdownContainer"] td { padding: 0.25rem 0.375rem; }
-[data-testid="stMarkdownContainer"] th { font-weight: 600; }
+table.data { border-collapse: collapse; font-size: 0.875rem; line-height: 1.4; overflow-wrap: break-word; }
+table.data th, table.data td { padding: 0.25rem 0.375rem; border: 1px solid rgba(128, 128, 128, 0.3);
+  text-align: left; vertical-align: top; }
+table.data th { font-weight: 600; }
 </style>"""
 
 

@@ -6,7 +6,7 @@ dashboard package nor needs to know where its files are.
 
 Streamlit runs a page's script only when a browser connects, so without this
 the first person to open the dashboard after a start waits for pandas, SciPy,
-Altair, SQLAlchemy and the statistics to import, and for the whole ladder to
+SQLAlchemy and the statistics to import, and for the whole ladder to
 be computed (seconds on a busy machine). The server process is the one that
 later runs the scripts and holds their caches, so importing here, and
 computing every page's first view in a thread while the server starts, is
@@ -41,7 +41,6 @@ APP = Path(__file__).resolve().parent / "app.py"
 
 def preload() -> None:
     """Import what every page needs; the pages find it in `sys.modules`."""
-    import altair  # noqa: F401
     import pandas  # noqa: F401
     import scipy.stats  # noqa: F401
     import sqlalchemy  # noqa: F401
@@ -91,7 +90,7 @@ def warm_up(argv: list[str]) -> None:
         url = data.db_url(script_args)
         default = data.warm_up(url)
         if default is not None:  # the Length and time page's charts
-            charts.length_specs(url, default.key_a, default.key_b, widgets.Pair(default.task, default.a, default.b),
+            charts.length_drawings(url, default.key_a, default.key_b, widgets.Pair(default.task, default.a, default.b),
                                 default.order)
     except Exception:  # the page will show the same problem, in words, when it is opened
         log.warning("warming up the dashboard's caches failed", exc_info=True)

@@ -12,7 +12,6 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -37,7 +36,7 @@ MARGIN_PARAM = "margin_{task}"
 WORKLOAD_COLORS = {"math": "#1f77b4", "code": "#ff7f0e", "chat": "#2ca02c"}
 STEP_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d", "#eeca3b",
                 "#ff9da6", "#bab0ac")
-# A table cell is Markdown, where a lone "-" would become a bullet; one mark everywhere.
+# One mark for a figure that is missing, in every table and line.
 MISSING = "n/a"
 
 
@@ -211,21 +210,15 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"
 
 
-def workload_scale() -> alt.Scale:
-    """The colour of each workload (its task shares it), the same on every chart."""
-    return alt.Scale(domain=list(WORKLOAD_COLORS), range=list(WORKLOAD_COLORS.values()))
+def task_colors() -> dict[str, str]:
+    """Each task in its workload's colour (`WORKLOAD_COLORS`), the same on every chart."""
+    return {task: WORKLOAD_COLORS[build.workload_of(task)] for task in build.TASK_NAMES}
 
 
-def task_scale() -> alt.Scale:
-    """Each task in its workload's colour."""
-    tasks = list(build.TASK_NAMES)
-    return alt.Scale(domain=tasks, range=[WORKLOAD_COLORS[build.workload_of(t)] for t in tasks])
-
-
-def step_scale(order: Sequence[str]) -> alt.Scale:
+def step_colors(order: Sequence[str]) -> dict[str, str]:
     """Each step in the colour of its place in the store's ladder order (`analysis.ladder_order`), so a step
     keeps its colour on every chart whichever steps are picked."""
-    return alt.Scale(domain=order, range=[STEP_PALETTE[i % len(STEP_PALETTE)] for i in range(len(order))])
+    return {step: STEP_PALETTE[i % len(STEP_PALETTE)] for i, step in enumerate(order)}
 
 
 def pct(value: float | None, digits: int = 1) -> str:
@@ -298,18 +291,23 @@ def mono(text: str, diff: bool = False) -> None:
 def table(frame: pd.DataFrame, max_rows: int = 15) -> None:
     """A table whose every column shows on a 1,280 px screen: long cells wrap instead of being cut.
 
-    Written as a Markdown table, not `st.table`: the browser then needs no Arrow code to show it, which on
-    a busy machine took a page's first view a second or two longer. Cells are text from the store and the
-    statistics, made inert (every Markdown character escaped, line breaks made spaces). A table of more
-    than `max_rows` rows scrolls inside a fixed height rather than pushing the rest of the page down.
+    Written as a plain HTML table (`table_html`), not `st.table` nor Markdown: the browser then needs no
+    Arrow code nor a Markdown parser to show it (on a cold first view the Markdown tables of a page took
+    0.2 s of the browser's time, bench/dashboard_render.py). A table of more than `max_rows` rows scrolls
+    inside a fixed height rather than pushing the rest of the page down.
     """
-    def line(cells: Sequence[object]) -> str:
-        return "| " + " | ".join(esc(" ".join(str(cell).split())) for cell in cells) + " |"
-
-    text = "\n".join([line(frame.columns), "|" + " --- |" * len(frame.columns),
-                      *(line(row) for row in frame.itertuples(index=False))])
     box = st.container(height=38 + 36 * max_rows) if len(frame) > max_rows else st.container()
-    box.markdown(text)
+    box.html(table_html(frame))
+
+
+def table_html(frame: pd.DataFrame) -> str:
+    """`frame` as an HTML table of class "data" (styled by the app's `TABLE_STYLE`): every cell is text from
+    the store or the statistics, HTML-escaped, its line breaks made spaces."""
+    def cells(tag: str, values: Sequence[object]) -> str:
+        return "".join(f"<{tag}>{html.escape(' '.join(str(value).split()))}</{tag}>" for value in values)
+
+    rows = "".join(f"<tr>{cells('td', row)}</tr>" for row in frame.itertuples(index=False))
+    return f'<table class="data"><thead><tr>{cells("th", frame.columns)}</tr></thead><tbody>{rows}</tbody></table>'
 
 
 def decisions_frame(decisions: Sequence[WorkloadDecision], stop: WorkloadDecision | None = None,
@@ -331,32 +329,6 @@ def decisions_frame(decisions: Sequence[WorkloadDecision], stop: WorkloadDecisio
     return pd.DataFrame(rows)
 
 
-def chart(figure: alt.TopLevelMixin) -> None:
-    """Show an Altair chart at its own size (`spec`, `show_spec`)."""
-    show_spec(spec(figure))
-
-
-def spec(figure: alt.TopLevelMixin) -> dict[str, Any]:
-    """An Altair chart's Vega-Lite spec, sized as the chart says.
-
-    Its spec comes from this code, not from users, so Altair's schema validation is skipped here and, by
-    `quiet_altair`, as the chart is built (the tests validate the specs the pages show). Sizes are the plot's
-    own ("pad"): Streamlit's default fits axes, titles and legend into the given size, squashing the plot.
-    Each chart is sized to fit half the page at 1,280 px, legend included.
-    """
-    found = figure.to_dict(validate=False)
-    found.setdefault("autosize", {"type": "pad", "contains": "padding"})
-    return found
-
-
-def show_spec(found: dict[str, Any]) -> None:
-    st.vega_lite_chart(found, width="content")
-
-
-def quiet_altair() -> None:
-    """Stop Altair checking each part of a chart against the Vega-Lite schema as it is made: two thirds of the
-    time a page spent building its charts (0.2 to 0.3 s a view)."""
-    alt.utils.schemapi.disable_debug_mode()
-
-
-quiet_altair()
+def chart(drawing: str) -> None:
+    """Show a chart of `dashboard.svg` (its text from the store is escaped there) in the page itself."""
+    st.markdown(drawing, unsafe_allow_html=True)

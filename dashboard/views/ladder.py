@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, data, widgets
+from dashboard import analysis, data, svg, widgets
 from evalsvc.decision import build
 from evalsvc.decision.workload import Choice, WorkloadDecision
 from evalsvc.report import accuracy_report
@@ -179,45 +178,24 @@ def _time_cell(d: WorkloadDecision | None) -> str:
     return f"{d.time.ratio:.3f}x ({d.time.ci[0]:.3f} to {d.time.ci[1]:.3f})"
 
 
-def ladder_chart(
+def ladder_charts(
     runs: pd.DataFrame, per_task: dict[str, dict[str, analysis.RunKey]], steps: Sequence[str],
     speeds: dict[str, dict[str, task_time.EndpointSpeed]],
-) -> tuple[alt.LayerChart, alt.Chart]:
+) -> tuple[str, str]:
     """Accuracy per task with its Wilson interval, and decode speed per workload, down the ladder: two charts
-    for two columns, each sized to fit one at 1,280 px.
-
-    Accuracy points are not joined: steps may score different item sets (errors are left out), and a line
-    would suggest a trend between them. The axis runs from 0 to 100%.
-    """
+    for two columns, each sized to fit one at 1,280 px (`dashboard.svg`)."""
     by_id = runs.set_index("run_id")
-    rows = []
+    points = []
     for task, per_step in per_task.items():
         for step, key in per_step.items():
             run = by_id.loc[key.run_id]
-            interval = analysis.accuracy_interval(int(run["correct"]), int(run["n"]) - int(run["errors"]))
+            scored = int(run["n"]) - int(run["errors"])
+            interval = analysis.accuracy_interval(int(run["correct"]), scored)
             if pd.notna(run["accuracy"]) and interval:
-                rows.append({"step": step, "task": task, "accuracy": float(run["accuracy"]), "low": interval[0],
-                             "high": interval[1], "scored": int(run["n"]) - int(run["errors"])})
-    tps = pd.DataFrame([
-        {"step": step, "workload": workload, "tok/s": speed.effective_tps}
-        for step in steps for workload, speed in speeds.get(step, {}).items()
-    ], columns=["step", "workload", "tok/s"])
-    x = alt.X("step:N", sort=list(steps), title=None)
-    # Plain records: handing Altair a DataFrame routes it through narwhals, whose first use costs a tenth of a second.
-    base = alt.Chart(alt.Data(values=rows), title=alt.Title("Accuracy (95% interval)",
-                                                            subtitle="items scored per step in the tooltip"))
-    y = alt.Y("accuracy:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="accuracy")
-    color = alt.Color("task:N", scale=widgets.task_scale(), title="task")
-    offset = alt.XOffset("task:N")
-    points = base.mark_point(filled=True, size=60).encode(
-        x=x, xOffset=offset, y=y, color=color, tooltip=["step:N", "task:N", alt.Tooltip("accuracy:Q", format=".1%"),
-                                                        "scored:Q"])
-    bars = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q", color=color)
-    right = alt.Chart(alt.Data(values=tps.to_dict("records")), title="Decode tokens per second")
-    right = right.mark_line(point=True).encode(
-        x=x, y=alt.Y("tok/s:Q", scale=alt.Scale(zero=True)),
-        color=alt.Color("workload:N", scale=widgets.workload_scale(), title="workload"))
-    return (bars + points).properties(width=210, height=240), right.properties(width=240, height=240)
+                points.append(svg.AccuracyPoint(step, task, float(run["accuracy"]), *interval, scored))
+    tps = {step: {workload: speed.effective_tps for workload, speed in speeds.get(step, {}).items()} for step in steps}
+    return (svg.accuracy_chart(points, steps, widgets.task_colors()),
+            svg.speed_chart(tps, steps, widgets.WORKLOAD_COLORS))
 
 
 def main() -> None:
@@ -244,9 +222,9 @@ def main() -> None:
         widgets.table(task_table(url, runs, task, per_step, data.ladder_keys(per_task), decisions, speeds))
     st.caption("Accuracy intervals are Wilson 95%. " + task_time.TASK_TIME_MODEL)
     if per_task:
-        for column, figure in zip(st.columns(2), ladder_chart(runs, per_task, steps, speeds)):
+        for column, drawing in zip(st.columns(2), ladder_charts(runs, per_task, steps, speeds)):
             with column:
-                widgets.chart(figure)
+                widgets.chart(drawing)
 
 
 main()

@@ -76,10 +76,10 @@ def main() -> None:
         widgets.table(length_table(length))
         st.caption(f"Truncated (finish_reason length): {length.truncated_a} in A, {length.truncated_b} in B; "
                    f"{length.n_missing} pairs without token counts left out. Bootstrap {length.n_boot} resamples.")
-        specs = charts.length_specs(url, keys[pair.a], keys[pair.b], pair, tuple(analysis.ladder_order(runs)))
-        for column, spec in zip(st.columns(2), specs):
+        drawings = charts.length_drawings(url, keys[pair.a], keys[pair.b], pair, tuple(analysis.ladder_order(runs)))
+        for column, drawing in zip(st.columns(2), drawings):
             with column:
-                widgets.show_spec(spec)
+                widgets.chart(drawing)
         st.subheader("Task time")
         render_time(time, workload, pair)
     render_decisions(url, runs, steps)

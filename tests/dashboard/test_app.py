@@ -10,14 +10,14 @@ import html
 import json
 import re
 import time
+import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from altair.utils.schemapi import validate_jsonschema
-from altair.vegalite.v6.schema.core import load_schema
 from streamlit.testing.v1 import AppTest
 
 from dashboard import analysis, data, job_manager, widgets
@@ -59,22 +59,38 @@ def grid_frame(at: AppTest, index: int) -> pd.DataFrame:
     return at.dataframe[index].value
 
 
-def _unescape(cell: str) -> str:
-    return re.sub(r"\\(.)", r"\1", cell)
+class _TableReader(HTMLParser):
+    """The rows of an HTML table as lists of cell texts (entities decoded)."""
 
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
 
-def _cells(line: str) -> list[str]:
-    return [_unescape(cell) for cell in line[2:-2].split(" | ")]
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
 
 
 def shown_tables(at: AppTest) -> list[pd.DataFrame]:
-    """Every `widgets.table` of the page (Markdown tables), in order, as a person reads them: escapes removed."""
+    """Every `widgets.table` of the page (HTML tables), in order, as a person reads them."""
     found = []
-    for element in at.markdown:
-        lines = element.value.splitlines()
-        if len(lines) >= 2 and lines[0].startswith("| ") and lines[1].replace("|", "").split() == ["---"] * (
-                lines[1].count("|") - 1):
-            found.append(pd.DataFrame([_cells(line) for line in lines[2:]], columns=_cells(lines[0])))
+    for element in at.get("html"):
+        if element.proto.body.startswith('<table class="data">'):
+            reader = _TableReader()
+            reader.feed(element.proto.body)
+            found.append(pd.DataFrame(reader.rows[1:], columns=reader.rows[0]))
     return found
 
 
@@ -186,56 +202,79 @@ def test_margin_per_task_changes_the_verdict_and_stays_in_the_url(monkeypatch: p
     assert r"#### code: take int4\-spec\-kernel" in [m.value for m in again.markdown]
 
 
-def chart_specs(at: AppTest) -> list[dict]:
-    """The Vega-Lite specs of the page's charts, each valid against the Vega-Lite schema (the dashboard
-    skips Altair's own checks while it builds them)."""
-    specs = []
-    for chart in at.get("vega_lite_chart"):
-        spec = json.loads(chart.proto.spec)
-        # Streamlit sends a top-level chart's inline data beside the spec, not in it: name it back.
-        checked = spec if "data" in spec or not chart.proto.HasField("data") else {**spec, "data": {"name": "data"}}
-        validate_jsonschema(checked, load_schema())
-        specs.append(spec)
-    return specs
+SVG = "{http://www.w3.org/2000/svg}"
 
 
-def encodings(spec: dict) -> list[tuple[str, dict]]:
-    """(mark, encoding) of every layer of every concatenated or faceted chart of a spec."""
-    found = []
-    for part in spec.get("hconcat", [spec]):
-        for layer in part.get("layer", [part]):
-            inner = layer.get("spec", layer)
-            mark = inner.get("mark", {})
-            found.append((mark if isinstance(mark, str) else mark.get("type"), inner.get("encoding", {})))
+def shown_charts(at: AppTest) -> dict[str, ET.Element]:
+    """The page's charts (`dashboard.svg`, shown as Markdown) by their kind, each parsed as XML: a chart
+    that is not well-formed fails here."""
+    found = {}
+    for element in at.markdown:
+        if element.value.startswith("<svg"):
+            assert "\n\n" not in element.value  # a blank line would end the HTML block: the rest read as Markdown
+            chart = ET.fromstring(element.value)
+            found[chart.get("class").split()[1]] = chart
     return found
 
 
-def test_charts_read_correctly(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
-    from dashboard import widgets
+def chart_texts(chart: ET.Element, cls: str) -> list[str]:
+    return [t.text or "" for t in chart.iter(f"{SVG}text") if t.get("class") == cls]
 
-    ladder = [part for spec in chart_specs(open_app(monkeypatch, seeded_db)) for part in encodings(spec)]
-    accuracy = [(mark, enc) for mark, enc in ladder if enc.get("y", {}).get("field") == "accuracy"]
-    # Points with intervals, no line between steps (they may score different items); the axis starts at 0.
-    assert [mark for mark, _ in accuracy] == ["point"]
-    assert accuracy[0][1]["y"]["scale"]["domain"] == [0, 1]
-    assert accuracy[0][1]["color"]["scale"] == {"domain": ["gsm8k", "humaneval"],
-                                                "range": [widgets.WORKLOAD_COLORS["math"], widgets.WORKLOAD_COLORS["code"]]}
-    speed = next(enc for mark, enc in ladder if enc.get("y", {}).get("field") == "tok/s")
-    assert speed["color"]["scale"]["range"][:3] == list(widgets.WORKLOAD_COLORS.values())
-    length = [part for spec in chart_specs(open_app(monkeypatch, seeded_db, "views/length_time.py",
-                                                    task="humaneval", a="int4", b="int4-spec-kernel"))
-              for part in encodings(spec)]
-    histogram = next(enc for mark, enc in length if mark == "bar")
+
+def groups(chart: ET.Element, cls: str) -> list[ET.Element]:
+    return [g for g in chart.iter(f"{SVG}g") if g.get("class") == cls]
+
+
+def test_charts_read_correctly(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:
+    from dashboard import charts, widgets
+
+    at = open_app(monkeypatch, seeded_db)
+    ladder = shown_charts(at)
+    accuracy = ladder["accuracy-chart"]
+    # The axis runs from 0 to 100%; dots with intervals, nothing joins the steps (they may score different items).
+    assert chart_texts(accuracy, "tick") == ["0%", "20%", "40%", "60%", "80%", "100%"]
+    assert not list(accuracy.iter(f"{SVG}polyline")) and not list(accuracy.iter(f"{SVG}path"))
+    points = groups(accuracy, "point")
+    assert {(p.get("data-task"), p.get("data-step")) for p in points} == {
+        (task, step) for task in ("gsm8k", "humaneval") for step in seed.STEPS}
+    for point in points:
+        (rule,) = point.iter(f"{SVG}line")
+        assert rule.get("x1") == rule.get("x2")  # the interval is vertical, at the dot
+        colour = widgets.WORKLOAD_COLORS[analysis.workload_of(point.get("data-task"))]
+        assert point.find(f"{SVG}circle").get("fill") == rule.get("stroke") == colour
+    # A dot sits at its accuracy between the 0% and 100% grid lines (the table's figure, checked against the seed).
+    grid = [float(line.get("y1")) for line in accuracy.iter(f"{SVG}line") if line.get("class") == "grid"]
+    shown = float(shown_table(at, 3, by="step").loc["bf16", "accuracy (95% CI)"].split("%")[0]) / 100
+    dot = next(p for p in points if p.get("data-step") == "bf16" and p.get("data-task") == "gsm8k")
+    assert float(dot.find(f"{SVG}circle").get("cy")) == pytest.approx(grid[0] + (grid[-1] - grid[0]) * shown, abs=0.6)
+    speed = ladder["speed-chart"]
+    series = {g.get("data-workload"): g for g in groups(speed, "series")}
+    assert list(series) == ["math", "code", "chat"]
+    for workload, g in series.items():
+        assert {c.get("fill") for c in g.iter(f"{SVG}circle")} == {widgets.WORKLOAD_COLORS[workload]}
+        assert len(list(g.iter(f"{SVG}circle"))) == len(seed.STEPS)
+    length = shown_charts(open_app(monkeypatch, seeded_db, "views/length_time.py", task="humaneval", a="int4",
+                                   b="int4-spec-kernel"))
+    histogram = length["histogram-chart"]
     # Each step keeps the colour of its place in the ladder: int4 is the 2nd step, the kernel the 4th.
-    scale = histogram["color"]["scale"]
-    assert scale["range"][scale["domain"].index("int4")] == widgets.STEP_PALETTE[1]
-    assert scale["range"][scale["domain"].index("int4-spec-kernel")] == widgets.STEP_PALETTE[3]
-    assert histogram["y"]["title"] == "items"
-    scatter = next(enc for mark, enc in length if mark == "circle")
-    sizes = dict(zip(scatter["size"]["scale"]["domain"], scatter["size"]["scale"]["range"]))
-    assert sizes["A only right"] > sizes["both right"] and sizes["B only right"] > sizes["both wrong"]
-    colours = dict(zip(scatter["color"]["scale"]["domain"], scatter["color"]["scale"]["range"]))
-    assert colours["both right"] not in ("#d62728", "red")
+    bars = {g.get("data-step"): g for g in groups(histogram, "bars")}
+    assert {r.get("fill") for r in bars["int4"]} == {widgets.STEP_PALETTE[1]}
+    assert {r.get("fill") for r in bars["int4-spec-kernel"]} == {widgets.STEP_PALETTE[3]}
+    # Every item with a token count is in one bar: 164 HumanEval items on each step.
+    for g in bars.values():
+        assert sum(int(r.find(f"{SVG}title").text.split(": ")[1].split()[0]) for r in g) == 164
+    assert "items" in [t.text for t in histogram.iter(f"{SVG}text")]
+    scatter = length["scatter-chart"]
+    outcomes = [g.get("data-outcome") for g in groups(scatter, "outcome")]
+    # Agreement is drawn first, the disagreements last, on top; they are larger, and "both right" is not red.
+    assert outcomes.index("both right") < outcomes.index("A only right")
+    assert outcomes.index("both wrong") < outcomes.index("B only right")
+    radius = {g.get("data-outcome"): {float(c.get("r")) for c in g} for g in groups(scatter, "outcome")}
+    assert len(radius["A only right"]) == 1 and min(radius["A only right"]) > max(radius["both right"])
+    assert charts.OUTCOME_STYLE["B only right"][1] > charts.OUTCOME_STYLE["both wrong"][1]
+    fills = {g.get("data-outcome"): g.get("fill") for g in groups(scatter, "outcome")}
+    assert fills["both right"] not in ("#d62728", "red")
+    assert sum(len(g) for g in groups(scatter, "outcome")) == 164
 
 
 def test_ladder_table_figures_match_the_seed(monkeypatch: pytest.MonkeyPatch, seeded_db: str) -> None:

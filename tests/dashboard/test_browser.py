@@ -199,16 +199,16 @@ CUT_OFF_JS = """() => {
     const main = document.querySelector('[data-testid="stMain"] [data-testid="stMainBlockContainer"]')
         .getBoundingClientRect();
     const cut = [];
-    const tables = document.querySelectorAll('[data-testid="stMarkdownContainer"] table');
+    const tables = document.querySelectorAll('[data-testid="stHtml"] table.data');
     for (const table of tables) {
         const box = table.getBoundingClientRect();
         if (box.width === 0) continue;  // in a closed expander
-        const holder = table.closest('[data-testid="stMarkdownContainer"]');
+        const holder = table.closest('[data-testid="stHtml"]');
         const heads = [...table.querySelectorAll('th')].map(th => th.innerText.trim());
         if (box.right > main.right + 1 || holder.scrollWidth > holder.clientWidth + 1)
             cut.push('table ' + heads.join('|') + ' ends at ' + Math.round(box.right) + ' px');
     }
-    for (const chart of document.querySelectorAll('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg')) {
+    for (const chart of document.querySelectorAll('svg.chart')) {
         const box = chart.getBoundingClientRect();
         if (box.width > 0 && box.right > main.right + 1) cut.push('chart ends at ' + Math.round(box.right) + ' px');
     }
@@ -264,19 +264,21 @@ def test_from_which_step_to_ship_to_the_evidence(page: Page, seeded_app: str, ar
     shoot(page, artifacts, "03_significance")
 
 
-TABLES = '[data-testid="stMarkdownContainer"] table'
+TABLES = '[data-testid="stHtml"] table.data'
+CHARTS = '[data-testid="stMarkdownContainer"] svg.chart'
 
 
 def tables_text(page: Page) -> str:
-    """Text of every table on the page (`widgets.table`, Markdown: cells wrap, nothing is cut)."""
+    """Text of every table on the page (`widgets.table`, HTML: cells wrap, nothing is cut)."""
     return "\n".join(page.locator(TABLES).all_inner_texts())
 
 
-def wait_charts(page: Page) -> None:
-    """Until every chart on the page has been drawn (Vega draws after the script has finished)."""
-    charts = page.locator('[data-testid="stVegaLiteChart"]')
-    for index in range(charts.count()):
-        expect(charts.nth(index).locator("canvas, svg").first).to_be_attached()
+def expect_charts(page: Page, kinds: tuple[str, ...]) -> None:
+    """The page shows these charts (`dashboard.svg`), drawn: each has its marks and a size on screen."""
+    for kind in kinds:
+        chart = page.locator(f"{CHARTS}.{kind}")
+        expect(chart).to_be_visible()
+        assert chart.locator("circle, rect").count() > 0, kind
 
 
 def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Path) -> None:
@@ -290,7 +292,7 @@ def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Pat
     assert "stop at bf16" in ladder and "no, after the stop" in ladder
     # The chain's "why" in full, not cut at the cell's edge.
     assert "B decodes 1.12x as fast and writes 1.21x the tokens, so task time B/A is 1.085" in ladder
-    wait_charts(page)
+    expect_charts(page, ("accuracy-chart", "speed-chart"))
     assert_nothing_cut_off(page, at_least_tables=3)  # the open chain and the two task tables
     shoot(page, artifacts, "04_ladder_1280px")
     expected = {
@@ -307,8 +309,9 @@ def test_every_page_from_the_sidebar(page: Page, seeded_app: str, artifacts: Pat
         text = main_text(page)
         for figure in figures:
             assert figure in text, (title, figure)
+        if title == "Length and time":
+            expect_charts(page, ("histogram-chart", "scatter-chart"))
         if title in held_to_width:
-            wait_charts(page)
             assert_nothing_cut_off(page, at_least_tables=held_to_width[title])
         shoot(page, artifacts, f"{index:02d}_{title.lower().replace(' ', '_')}")
 
@@ -328,7 +331,7 @@ def test_length_page_for_the_worked_example(page: Page, seeded_app: str, artifac
     text = main_text(page)
     assert f"task time B/A\n{(242 / 252) / (200 / 226):.3f}" in text
     assert "output tokens B/A\n1.21x" in text
-    assert page.locator('[data-testid="stVegaLiteChart"], [data-testid="stArrowVegaLiteChart"]').count() >= 1
+    expect_charts(page, ("histogram-chart", "scatter-chart"))
     shoot(page, artifacts, "08_length_time_worked_example")
 
 
@@ -543,7 +546,7 @@ def fill_speed_form(page: Page, step: str, workload: str, tps: str = "0", source
 
 
 COLUMN_BY_STEP_JS = """column => {
-    for (const table of document.querySelectorAll('[data-testid="stMarkdownContainer"] table')) {
+    for (const table of document.querySelectorAll('[data-testid="stHtml"] table.data')) {
         const rows = [...table.rows].map(r => [...r.cells].map(c => c.innerText.trim()));
         const at = rows[0].indexOf(column), step = rows[0].indexOf('step');
         if (at >= 0 && step >= 0) return Object.fromEntries(rows.slice(1).map(r => [r[step], r[at]]));
@@ -553,7 +556,7 @@ COLUMN_BY_STEP_JS = """column => {
 
 
 def column_by_step(page: Page, column: str) -> dict[str, str]:
-    """One column of the first Markdown table that has it, by the row's step."""
+    """One column of the first table that has it, by the row's step."""
     return page.evaluate(COLUMN_BY_STEP_JS, column)
 
 
