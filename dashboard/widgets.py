@@ -32,6 +32,8 @@ PAGES = {
 STEPS_KEY = "ladder_steps"
 STEPS_PARAM = "steps"
 MARGIN_PARAM = "margin_{task}"
+MARGINS_OPEN_KEY = "margins_open"
+MARGIN_FIELD_KEY = "margin_field_{task}"
 # One colour per workload (and so per task) and per step position, on every chart.
 WORKLOAD_COLORS = {"math": "#1f77b4", "code": "#ff7f0e", "chat": "#2ca02c"}
 STEP_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d", "#eeca3b",
@@ -110,28 +112,43 @@ def keep_param(name: str, value: str | None) -> None:
 
 
 def margins_sidebar(runs: pd.DataFrame) -> rule.Margins:
-    """The non-inferiority margin per task, in accuracy points, adjustable and kept in the URL."""
+    """The non-inferiority margin per task, in accuracy points, adjustable and kept in the URL.
+
+    The fields are drawn only while their box is open (a rerun opens it): closed, as on a page's first view,
+    the browser loads no number-field code, a tenth of a second of each cold view (bench/dashboard_render.py).
+    The margins themselves are kept apart from the fields, which Streamlit forgets when they are not drawn.
+    """
     tasks = analysis.tasks_in(runs)
     default_points = 100 * rule.DEFAULT_MARGIN
+    box = st.sidebar.expander("Margins (how much worse is still fine)", key=MARGINS_OPEN_KEY, on_change="rerun")
+    if box.open:
+        box.caption("Step B counts as no worse than step A when the 95% interval of its accuracy change stays "
+                    "above minus this many points, as `evalsvc report --margin TASK=POINTS`. A smaller margin "
+                    "asks for more items to settle: 164 HumanEval problems cannot establish 2 points.")
     per_task = []
-    with st.sidebar.expander("Margins (how much worse is still fine)"):
-        st.caption("Step B counts as no worse than step A when the 95% interval of its accuracy change stays "
-                   "above minus this many points, as `evalsvc report --margin TASK=POINTS`. A smaller margin "
-                   "asks for more items to settle: 164 HumanEval problems cannot establish 2 points.")
-        for task in tasks:
-            param = MARGIN_PARAM.format(task=task)
-            key = data.MARGIN_KEY.format(task=task)
-            incoming = _points(st.query_params.get(param))
-            if incoming is not None and incoming != st.session_state.get(f"seen_{key}"):
-                st.session_state[key] = incoming
-            elif st.session_state.get(key) is None:
-                st.session_state[key] = default_points
-            points = st.number_input(f"{task} margin (points)", 0.1, 50.0, step=0.5, key=key, format="%.1f")
-            st.session_state[f"seen_{key}"] = points
-            keep_param(param, None if points == default_points else f"{points:g}")
-            if points != default_points:
-                per_task.append((task, points / 100))
+    for task in tasks:
+        points = _margin_points(task, box if box.open else None, default_points)
+        keep_param(MARGIN_PARAM.format(task=task), None if points == default_points else f"{points:g}")
+        if points != default_points:
+            per_task.append((task, points / 100))
     return rule.Margins(rule.DEFAULT_MARGIN, tuple(sorted(per_task)))
+
+
+def _margin_points(task: str, box: Any, default_points: float) -> float:
+    """One task's margin: a new one in the URL wins, then the field (if `box` is open), then the one kept
+    (`data.MARGIN_KEY`, which the pages read)."""
+    field, kept = MARGIN_FIELD_KEY.format(task=task), data.MARGIN_KEY.format(task=task)
+    seen = f"seen_{kept}"
+    incoming = _points(st.query_params.get(MARGIN_PARAM.format(task=task)))
+    if incoming is not None and incoming != st.session_state.get(seen):
+        st.session_state[kept] = incoming
+        st.session_state.pop(field, None)
+    points = st.session_state.get(field, st.session_state.get(kept, default_points))
+    if box is not None:
+        st.session_state[field] = points
+        points = box.number_input(f"{task} margin (points)", 0.1, 50.0, step=0.5, key=field, format="%.1f")
+    st.session_state[kept] = st.session_state[seen] = points
+    return points
 
 
 def _points(value: str | None) -> float | None:

@@ -188,16 +188,34 @@ def test_any_two_steps_answer_stop_at_a_or_take_b(monkeypatch: pytest.MonkeyPatc
                                   "interchangeable") for i in swapped.info)
 
 
+def open_margins(at: AppTest) -> AppTest:
+    """Open the sidebar's margins box, as a click does (it reruns the page)."""
+    at.session_state["margins_open"] = True
+    at.run()
+    assert at.sidebar.number_input, "the margins box drew no fields when open"
+    return at
+
+
 def test_margin_per_task_changes_the_verdict_and_stays_in_the_url(monkeypatch: pytest.MonkeyPatch,
                                                                  seeded_db: str) -> None:
     # The kernel's code step: 2 of 164 lost, interval about -3.9 to +0.4 points: inconclusive at 2, fine at 5.
     at = open_app(monkeypatch, seeded_db, a="int4-spec", b="int4-spec-kernel")
     assert "#### code: can't tell yet" in [m.value for m in at.markdown]
-    at.sidebar.number_input(key="margin_points_humaneval").set_value(5.0).run()
+    # Closed, the box draws no fields (the browser loads no number-field code on a first view).
+    assert not at.sidebar.number_input
+    open_margins(at).sidebar.number_input(key="margin_field_humaneval").set_value(5.0).run()
     assert not at.exception
     pair = [m.value for m in at.markdown if m.value.startswith("#### code:")]
     assert pair == [r"#### code: take int4\-spec\-kernel"], pair
     assert at.query_params["margin_humaneval"] == "5"
+    # Closing the box keeps the margin: the verdict and the URL stay.
+    at.session_state["margins_open"] = False
+    at.run()
+    assert not at.sidebar.number_input
+    assert [m.value for m in at.markdown if m.value.startswith("#### code:")] == pair
+    assert at.query_params["margin_humaneval"] == "5"
+    # Opened again, the field shows the margin in use.
+    assert open_margins(at).sidebar.number_input(key="margin_field_humaneval").value == 5.0
     again = open_app(monkeypatch, seeded_db, a="int4-spec", b="int4-spec-kernel", margin_humaneval="5")
     assert r"#### code: take int4\-spec\-kernel" in [m.value for m in again.markdown]
 
@@ -324,7 +342,7 @@ def test_sidebar_margins_change_verdicts_as_the_cli_option_does(
 ) -> None:
     at = open_app(monkeypatch, seeded_db)
     assert list(shown_table(at, 1)["decision"])[2] == "can't tell yet"  # kernel: 2 of 164 lost, CI -3.3 to +0.9
-    at.sidebar.number_input(key="margin_points_humaneval").set_value(5.0).run()
+    open_margins(at).sidebar.number_input(key="margin_field_humaneval").set_value(5.0).run()
     assert not at.exception
     code_chain = shown_table(at, 1)
     assert list(code_chain["decision"]) == ["stop at bf16", "take int4-spec", "take int4-spec-kernel"]

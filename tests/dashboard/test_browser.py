@@ -344,6 +344,31 @@ def test_picking_a_pair_in_the_selectboxes(page: Page, seeded_app: str) -> None:
     expect(page).to_have_url(re.compile(r"b=int4-spec-kernel"))
 
 
+def test_a_margin_set_in_the_sidebar_decides_and_stays(page: Page, seeded_app: str) -> None:
+    """The margins box draws its fields once opened (a rerun); a margin set there changes the decision, stays
+    in the URL, and survives the box closing and a reload."""
+    page.goto(f"{seeded_app}/?a=int4-spec&b=int4-spec-kernel")
+    open_page(page, "Ladder")
+    code = page.locator('[class*="st-key-pair_code"]')
+    expect(code.get_by_text("code: can't tell yet")).to_be_visible()
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    assert sidebar.get_by_label("humaneval margin (points)").count() == 0  # closed: no fields drawn
+    sidebar.get_by_text("Margins (how much worse is still fine)").click()
+    field = sidebar.get_by_label("humaneval margin (points)")
+    expect(field).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+    field.fill("5")
+    field.press("Enter")
+    expect(code.get_by_text("code: take int4-spec-kernel")).to_be_visible(timeout=RENDER_TIMEOUT_MS)
+    expect(page).to_have_url(re.compile(r"margin_humaneval=5"))
+    sidebar.get_by_text("Margins (how much worse is still fine)").click()
+    expect(field).to_have_count(0, timeout=RENDER_TIMEOUT_MS)
+    wait_rendered(page)
+    expect(code.get_by_text("code: take int4-spec-kernel")).to_be_visible()
+    page.reload()
+    open_page(page, "Ladder")
+    expect(code.get_by_text("code: take int4-spec-kernel")).to_be_visible()
+
+
 def test_decide_step_3_against_step_4_for_math_code_and_chat(page: Page, seeded_app: str, artifacts: Path) -> None:
     page.set_viewport_size({"width": 1280, "height": 2400})
     page.goto(seeded_app)
