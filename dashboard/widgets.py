@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import analysis, data
 from db.engine import StoreError
@@ -134,7 +135,7 @@ def margins_sidebar(runs: pd.DataFrame) -> rule.Margins:
     return rule.Margins(rule.DEFAULT_MARGIN, tuple(sorted(per_task)))
 
 
-def _margin_points(task: str, box: Any, default_points: float) -> float:
+def _margin_points(task: str, box: DeltaGenerator | None, default_points: float) -> float:
     """One task's margin: a new one in the URL wins, then the field (if `box` is open), then the one kept
     (`data.MARGIN_KEY`, which the pages read)."""
     field, kept = MARGIN_FIELD_KEY.format(task=task), data.MARGIN_KEY.format(task=task)
