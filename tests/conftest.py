@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -60,8 +61,12 @@ def check_tools(item: Any) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Run as at a terminal, where Ctrl-C reaches the program: a suite started as a script's background job
-    (`pytest &`) would otherwise pass SIGINT on ignored to every Ctrl-C test and each command it starts."""
+    (`pytest &`) would otherwise pass SIGINT on ignored to every Ctrl-C test and each command it starts.
+    Likewise SIGHUP: under `nohup` it arrives ignored, and evalsvc rightly leaves an ignored SIGHUP alone, so
+    every test of what a closed terminal does would fail (4 failures in a busy CI run started with nohup)."""
     hear_ctrl_c()
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
