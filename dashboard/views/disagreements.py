@@ -18,6 +18,7 @@ import streamlit as st
 from dashboard import analysis, data, widgets
 from evalsvc.statistics import pairing
 
+FORCE_KEY = "force"
 FILTER_PROBLEMS = "errors and cut answers"
 LIST_COLUMNS = {
     "item_id": "item", "outcome_a": "A", "outcome_b": "B", "extracted_a": "answer A", "extracted_b": "answer B",
@@ -34,6 +35,12 @@ def render_counts(result: data.PairResult, pair: widgets.Pair) -> None:
     cols[1].metric(f"only B right ({pair.b})", table.b_only)
     cols[2].metric("both wrong", table.neither)
     cols[3].metric("both right", table.both_correct)
+
+
+def force_toggle() -> None:
+    """The override for runs whose prompt or decoding settings differ, offered beside a refusal (or while it is
+    on): drawn on every view, its code cost each first view of the page 0.06 s (bench/dashboard_render.py)."""
+    st.toggle("Compare even if prompt or decoding settings differ", key=FORCE_KEY)
 
 
 def pick_filter() -> tuple[str, float]:
@@ -145,11 +152,14 @@ def main() -> None:
     if pair is None:
         return
     keys = data.step_runs(runs, steps, url)[pair.task]
-    force = st.toggle("Compare even if prompt or decoding settings differ", key="force")
+    force = bool(st.session_state.get(FORCE_KEY))
     result = data.pair(url, keys[pair.a], keys[pair.b], force)
     if result.comparison is None:
         st.error(result.error)
+        force_toggle()
         return
+    if force:
+        force_toggle()  # while it is on, to turn it off
     render_counts(result, pair)
     dropped = result.comparison.dropped
     if dropped.total:

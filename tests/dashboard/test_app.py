@@ -370,6 +370,12 @@ def test_disagreements_lists_the_items_only_a_got_right(monkeypatch: pytest.Monk
     assert metrics["only B right (int4-spec-kernel)"] == "0"
     expected = [f"gsm8k/test/{i:04d}" for i in [*range(300, 318), 330, 331]]
     assert list(at.dataframe[0].value["item"]) == expected
+    # The override for differing settings is offered only beside a refusal, or while it is on: these runs agree.
+    assert not at.toggle
+    at.session_state["force"] = True
+    at.run()
+    assert [t.label for t in at.toggle] == ["Compare even if prompt or decoding settings differ"]
+    assert list(at.dataframe[0].value["item"]) == expected  # settings that agree: forcing changes nothing
 
 
 def mono_bodies(at: AppTest) -> list[str]:
