@@ -134,8 +134,14 @@ def start_app(db: Path, port: int | None = None, peer: Path | None = None) -> tu
 
 
 def stop_app(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's group; SIGKILL if it has not gone 30 s later (once, at 21:33 on 2026-12-04, the
+    empty peer's `streamlit run` stayed, and the whole bench ended on the timeout)."""
     os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def time_page(page, url: str, title: str) -> float:  # type: ignore[no-untyped-def]
