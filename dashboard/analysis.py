@@ -206,15 +206,3 @@ def completion_diff(text_a: str, text_b: str, label_a: str = "A", label_b: str =
         (text_a or "").splitlines(), (text_b or "").splitlines(), fromfile=label_a, tofile=label_b, lineterm="", n=2
     )
     return "\n".join(lines)
-
-
-# --- length --------------------------------------------------------------------
-
-
-def tokens_long(paired: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
-    """Output tokens of both sides in long form (endpoint, tokens) for a histogram."""
-    a = pd.DataFrame({"endpoint": label_a, "tokens": paired["completion_tokens_a"]})
-    b = pd.DataFrame({"endpoint": label_b, "tokens": paired["completion_tokens_b"]})
-    both = pd.concat([a, b], ignore_index=True)
-    both["tokens"] = pd.to_numeric(both["tokens"], errors="coerce")
-    return both.dropna()

@@ -25,8 +25,8 @@ def length_charts(items: pd.DataFrame, pair: widgets.Pair, order: Sequence[str])
     """Output tokens of both steps one above the other (one colour per step, as on every chart), and the
     paired scatter with the y = x line, the items the steps disagree on drawn large and in colour: two charts
     for two columns."""
-    long = analysis.tokens_long(items, pair.a, pair.b)
-    tokens = {step: long.loc[long["endpoint"] == step, "tokens"].astype(float).tolist() for step in (pair.a, pair.b)}
+    tokens = {step: pd.to_numeric(items[column], errors="coerce").dropna().astype(float).tolist()
+              for step, column in ((pair.a, "completion_tokens_a"), (pair.b, "completion_tokens_b"))}
     colours = widgets.step_colors(order)
     histogram = svg.histogram_chart(tokens, {step: colours.get(step, "gray") for step in tokens})
     both = items[["item_id", "completion_tokens_a", "completion_tokens_b", "correct_a", "correct_b"]].dropna()

@@ -59,8 +59,8 @@ def nice_ticks(top: float, count: int = 5, bottom: float = 0.0) -> list[float]:
 
 
 def text(value: object) -> str:
-    """Store text as SVG text: XML-escaped, whitespace runs made one space (a blank line would end the
-    chart's HTML block in Markdown)."""
+    """Store text for SVG or HTML markup (charts here, `widgets.table_html`): escaped, whitespace runs made
+    one space (a blank line would end a chart's HTML block in Markdown; a table cell wraps as one line)."""
     return escape(" ".join(str(value).split()))
 
 
@@ -100,12 +100,18 @@ def y_axis(plot: Plot, ticks: Sequence[float], label: str, fmt: str = "{:g}") ->
     return parts
 
 
+def baseline(plot: Plot) -> str:
+    """The line under a plot area."""
+    bottom = plot.top + plot.height
+    return (f'<line x1="{plot.left:.1f}" x2="{plot.left + plot.width:.1f}" y1="{bottom:.1f}" y2="{bottom:.1f}" '
+            f'stroke="currentColor" stroke-opacity="0.5"/>')
+
+
 def x_axis(plot: Plot, ticks: Sequence[float], label: str, span: tuple[float, float] | None = None) -> list[str]:
     """Ticks along the bottom of a number axis over `span` (else the first to the last tick), its title under
     them."""
     bottom, (left, right) = plot.top + plot.height, span or (ticks[0], ticks[-1])
-    parts = [f'<line x1="{plot.left:.1f}" x2="{plot.left + plot.width:.1f}" y1="{bottom:.1f}" y2="{bottom:.1f}" '
-             f'stroke="currentColor" stroke-opacity="0.5"/>']
+    parts = [baseline(plot)]
     for tick in ticks:
         x = plot.x(tick, right, left)
         parts.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 13:.1f}" text-anchor="middle" '
@@ -118,8 +124,7 @@ def x_axis(plot: Plot, ticks: Sequence[float], label: str, span: tuple[float, fl
 def step_axis(plot: Plot, steps: Sequence[str]) -> list[str]:
     """Step names under their bands, turned 45 degrees so many steps fit; cut names whole in a tooltip."""
     bottom, band = plot.top + plot.height, plot.width / max(len(steps), 1)
-    parts = [f'<line x1="{plot.left:.1f}" x2="{plot.left + plot.width:.1f}" y1="{bottom:.1f}" y2="{bottom:.1f}" '
-             f'stroke="currentColor" stroke-opacity="0.5"/>']
+    parts = [baseline(plot)]
     for i, step in enumerate(steps):
         x, y = plot.left + band * (i + 0.5), bottom + 10
         parts.append(f'<text class="step" x="{x:.1f}" y="{y:.1f}" transform="rotate(-45 {x:.1f} {y:.1f})" '

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from dashboard import analysis, data
+from dashboard import analysis, data, svg
 from db.engine import StoreError
 from evalsvc.decision import build, rule
 from evalsvc.decision.workload import WorkloadDecision
@@ -139,16 +139,16 @@ def _margin_points(task: str, box: DeltaGenerator | None, default_points: float)
     """One task's margin: a new one in the URL wins, then the field (if `box` is open), then the one kept
     (`data.MARGIN_KEY`, which the pages read)."""
     field, kept = MARGIN_FIELD_KEY.format(task=task), data.MARGIN_KEY.format(task=task)
-    seen = f"seen_{kept}"
     incoming = _points(st.query_params.get(MARGIN_PARAM.format(task=task)))
-    if incoming is not None and incoming != st.session_state.get(seen):
+    # The URL holds the margin kept at the end of the last run: a different one there came from a link or an edit.
+    if incoming is not None and incoming != st.session_state.get(kept):
         st.session_state[kept] = incoming
         st.session_state.pop(field, None)
     points = st.session_state.get(field, st.session_state.get(kept, default_points))
     if box is not None:
         st.session_state[field] = points
         points = box.number_input(f"{task} margin (points)", 0.1, 50.0, step=0.5, key=field, format="%.1f")
-    st.session_state[kept] = st.session_state[seen] = points
+    st.session_state[kept] = points
     return points
 
 
@@ -322,7 +322,7 @@ def table_html(frame: pd.DataFrame) -> str:
     """`frame` as an HTML table of class "data" (styled by the app's `TABLE_STYLE`): every cell is text from
     the store or the statistics, HTML-escaped, its line breaks made spaces."""
     def cells(tag: str, values: Sequence[object]) -> str:
-        return "".join(f"<{tag}>{html.escape(' '.join(str(value).split()))}</{tag}>" for value in values)
+        return "".join(f"<{tag}>{svg.text(value)}</{tag}>" for value in values)
 
     rows = "".join(f"<tr>{cells('td', row)}</tr>" for row in frame.itertuples(index=False))
     return f'<table class="data"><thead><tr>{cells("th", frame.columns)}</tr></thead><tbody>{rows}</tbody></table>'
